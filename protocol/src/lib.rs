@@ -1,0 +1,472 @@
+//! The stepstream wire format: every message that crosses a socket between a collector, the
+//! hub and a viewer, and nothing else.
+//!
+//! # Envelope
+//! Each WebSocket binary message is one frame: `"SS" | version u8 | kind u8 | payload`
+//! (see [`codec`]). The kind byte names the payload struct; kinds are unique across all four
+//! directions, so a frame sent the wrong way is refused with a clear error.
+//!
+//! # Conversations
+//! * Collector → hub ([`ToHub`]): [`Hello`] first (protocol version, write token, run
+//!   identity); then any mix of [`DefineMetrics`] (a metric's name once, a small
+//!   [`MetricId`] after), [`Batch`] (step records under a per-run sequence number, starting
+//!   at 1 and without gaps), [`Heartbeat`] and finally [`Finish`].
+//! * Hub → collector ([`FromHub`]): [`Welcome`] answers the hello with the last sequence
+//!   number the hub has stored for that run, so a reconnecting collector resends only what
+//!   was not stored; [`Ack`] says every batch up to `through_seq` is durable; [`FinishAck`];
+//!   [`HubError`].
+//! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`].
+//! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect and [`RunUpdate`] as runs change;
+//!   per subscribed run: [`Metrics`], [`Backfill`] chunks (history up to a sequence number),
+//!   then [`Live`] batches with higher sequence numbers only, [`StatusChange`], and
+//!   [`Resync`] when a slow viewer was caught up from storage.
+//!
+//! Sequence numbers make the seam between history and live exact: a viewer applies a
+//! [`Live`] batch only if its `seq` is above the `through_seq` of what it already holds.
+
+pub mod codec;
+
+pub use codec::DecodeError;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A run's unique id: 1 to 64 characters of `[A-Za-z0-9_.-]`, chosen by the collector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId(String);
+
+/// Why a string is not a [`RunId`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid run id {0:?}: use 1 to 64 characters of A-Z a-z 0-9 _ . -")]
+pub struct InvalidRunId(pub String);
+
+impl RunId {
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidRunId> {
+        let id = id.into();
+        let ok = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if ok {
+            Ok(Self(id))
+        } else {
+            Err(InvalidRunId(id))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = InvalidRunId;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A metric's small id within one run, defined by [`DefineMetrics`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MetricId(pub u32);
+
+/// Who and what a run is; sent once in [`Hello`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunIdentity {
+    pub run_id: RunId,
+    pub project: String,
+    pub name: String,
+    /// Hyper-parameters as a JSON document (an object, by convention).
+    pub config_json: String,
+    pub host: String,
+    pub rank: u32,
+    pub world_size: u32,
+    /// Unix seconds.
+    pub started_at: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The collector's [`codec::VERSION`]; repeated inside the payload for the error message.
+    pub protocol: u8,
+    pub token: Option<String>,
+    pub run: RunIdentity,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricDef {
+    pub id: MetricId,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefineMetrics {
+    pub metrics: Vec<MetricDef>,
+}
+
+/// One training step's values. Values may be NaN or infinite: those are data, not errors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: i64,
+    /// Unix seconds when the collector recorded the step.
+    pub wall_time: f64,
+    pub values: Vec<(MetricId, f64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Per-run sequence number: 1 for the first batch, then +1 with no gaps.
+    pub seq: u64,
+    pub records: Vec<StepRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub wall_time: f64,
+}
+
+/// How a run ended, as the collector saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FinishStatus {
+    Finished,
+    Failed { message: String },
+    Killed { message: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finish {
+    pub status: FinishStatus,
+    pub wall_time: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub run_id: RunId,
+    /// Highest batch sequence number stored for this run; 0 when none.
+    pub last_seq: u64,
+    /// Highest step stored for this run, if any.
+    pub last_step: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// Every batch with `seq <= through_seq` is durably stored.
+    pub through_seq: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishAck {
+    pub status: RunStatus,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame could not be decoded (see the message).
+    BadFrame,
+    /// The peer speaks another wire version.
+    UnsupportedVersion,
+    /// Missing or wrong token.
+    Unauthorized,
+    /// The run id names no run the hub knows.
+    UnknownRun,
+    /// A well-formed message that breaks the conversation rules.
+    ProtocolViolation,
+    /// The hub could not store the data; nothing of it was acknowledged.
+    Storage,
+}
+
+/// An error from the hub. After a fatal one the hub closes the socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HubError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub fatal: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscribe {
+    pub runs: Vec<RunId>,
+    /// Only these metrics (by name); all when `None`.
+    pub metrics: Option<Vec<String>>,
+    /// Skip history before this step.
+    pub from_step: Option<i64>,
+    /// Most points per metric in the history; the hub downsamples (M4) above it.
+    pub budget: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unsubscribe {
+    pub runs: Vec<RunId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunStatus {
+    Running,
+    /// Running, but nothing (not even a heartbeat) arrived for the stale threshold.
+    Stale,
+    Finished,
+    Failed,
+    Killed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Stale => "stale",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+            RunStatus::Killed => "killed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "stale" => RunStatus::Stale,
+            "finished" => RunStatus::Finished,
+            "failed" => RunStatus::Failed,
+            "killed" => RunStatus::Killed,
+            _ => return None,
+        })
+    }
+
+    /// Finished, failed and killed runs stay so until their collector says hello again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Finished | RunStatus::Failed | RunStatus::Killed
+        )
+    }
+}
+
+/// A run as the run list shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub run_id: RunId,
+    pub project: String,
+    pub name: String,
+    pub host: String,
+    pub rank: u32,
+    pub world_size: u32,
+    pub started_at: f64,
+    pub status: RunStatus,
+    pub status_message: Option<String>,
+    pub last_step: Option<i64>,
+    /// Wall time of the last point, unix seconds.
+    pub last_point_at: Option<f64>,
+    /// Latest value of each metric, by name.
+    pub last_values: Vec<(String, f64)>,
+    pub records: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    /// The hub's clock, unix seconds, so ages can be computed without trusting the viewer's.
+    pub now: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunUpdate {
+    pub run: RunSummary,
+    pub now: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metrics {
+    pub run_id: RunId,
+    pub metrics: Vec<MetricDef>,
+}
+
+/// One metric's points, as parallel arrays.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub metric: MetricId,
+    pub steps: Vec<i64>,
+    pub values: Vec<f64>,
+}
+
+/// A chunk of a run's history: every stored point with `seq <= through_seq` (after
+/// `from_step` and the metric filter), downsampled when the subscription set a budget.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Backfill {
+    pub run_id: RunId,
+    pub through_seq: u64,
+    pub downsampled: bool,
+    pub series: Vec<Series>,
+    /// The last chunk of this backfill; live batches follow.
+    pub done: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Live {
+    pub run_id: RunId,
+    pub seq: u64,
+    pub records: Vec<StepRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusChange {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub message: Option<String>,
+    pub at: f64,
+}
+
+/// The viewer fell behind the live stream; a [`Backfill`] of what it missed follows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resync {
+    pub run_id: RunId,
+    pub after_seq: u64,
+    pub reason: String,
+}
+
+/// Declares one direction's message enum, its kind bytes, and its encode/decode.
+macro_rules! direction {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $kind:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum $name { $($variant($variant),)* }
+
+        impl $name {
+            /// The envelope's kind byte for this message.
+            pub fn kind(&self) -> u8 {
+                match self { $($name::$variant(_) => $kind,)* }
+            }
+
+            /// Name of the message, for logs and errors.
+            pub fn name(&self) -> &'static str {
+                match self { $($name::$variant(_) => stringify!($variant),)* }
+            }
+
+            pub fn encode(&self) -> Vec<u8> {
+                match self { $($name::$variant(m) => codec::encode_frame($kind, m),)* }
+            }
+
+            pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+                let (kind, payload) = codec::open_frame(bytes)?;
+                match kind {
+                    $($kind => Ok($name::$variant(
+                        codec::decode_payload(stringify!($variant), payload)?,
+                    )),)*
+                    other => Err(DecodeError::UnexpectedKind {
+                        kind: other,
+                        expected: stringify!($name),
+                    }),
+                }
+            }
+        }
+
+        $(impl From<$variant> for $name {
+            fn from(m: $variant) -> Self { $name::$variant(m) }
+        })*
+    };
+}
+
+direction! {
+    /// Collector → hub.
+    ToHub {
+        Hello = 0x01,
+        DefineMetrics = 0x02,
+        Batch = 0x03,
+        Heartbeat = 0x04,
+        Finish = 0x05,
+    }
+}
+
+direction! {
+    /// Hub → collector.
+    FromHub {
+        Welcome = 0x10,
+        Ack = 0x11,
+        FinishAck = 0x12,
+        HubError = 0x1f,
+    }
+}
+
+direction! {
+    /// Viewer → hub.
+    FromViewer {
+        Subscribe = 0x20,
+        Unsubscribe = 0x21,
+    }
+}
+
+direction! {
+    /// Hub → viewer.
+    ToViewer {
+        RunList = 0x30,
+        RunUpdate = 0x31,
+        Metrics = 0x32,
+        Backfill = 0x33,
+        Live = 0x34,
+        StatusChange = 0x35,
+        Resync = 0x36,
+        HubError = 0x3f,
+    }
+}
+
+/// Unix seconds now, as the wire carries times.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_id_rules() {
+        assert!(RunId::new("20261202-180455-a1b2").is_ok());
+        assert!(RunId::new("").is_err());
+        assert!(RunId::new("a/b").is_err());
+        assert!(RunId::new("x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn wrong_direction_is_refused() {
+        let frame = ToHub::Heartbeat(Heartbeat { wall_time: 1.0 }).encode();
+        let err = FromViewer::decode(&frame).unwrap_err();
+        assert_eq!(
+            err,
+            DecodeError::UnexpectedKind {
+                kind: 0x04,
+                expected: "FromViewer"
+            }
+        );
+    }
+
+    #[test]
+    fn invalid_run_id_inside_a_frame_is_malformed() {
+        let mut frame = ToViewer::Resync(Resync {
+            run_id: RunId::new("ab").unwrap(),
+            after_seq: 1,
+            reason: String::new(),
+        })
+        .encode();
+        // The run id's bytes follow its varint length; make one of them a '/'.
+        frame[5] = b'/';
+        assert!(matches!(
+            ToViewer::decode(&frame),
+            Err(DecodeError::Malformed { .. })
+        ));
+    }
+}

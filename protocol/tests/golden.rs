@@ -1,0 +1,278 @@
+//! Golden files pin the bytes of every message. A mismatch is either a regression or a wire
+//! change: then bump `codec::VERSION` and refresh on purpose with `UPDATE_GOLDEN=1 cargo test`.
+
+use std::path::PathBuf;
+use stepstream_protocol::*;
+
+fn run_id() -> RunId {
+    RunId::new("20261202-180455-9f3a").unwrap()
+}
+
+fn record(step: i64) -> StepRecord {
+    StepRecord {
+        step,
+        wall_time: 1_764_700_000.25 + step as f64,
+        values: vec![(MetricId(0), 2.5), (MetricId(1), f64::NAN), (MetricId(2), f64::INFINITY)],
+    }
+}
+
+fn summary() -> RunSummary {
+    RunSummary {
+        run_id: run_id(),
+        project: "llama".into(),
+        name: "lr-3e-4".into(),
+        host: "node0".into(),
+        rank: 0,
+        world_size: 8,
+        started_at: 1_764_700_000.0,
+        status: RunStatus::Stale,
+        status_message: Some("no data for 31 s".into()),
+        last_step: Some(300),
+        last_point_at: Some(1_764_700_300.5),
+        last_values: vec![("loss".into(), 1.25)],
+        records: 300,
+    }
+}
+
+/// One sample of every message, named `Direction_Message`.
+fn samples() -> Vec<(&'static str, Vec<u8>)> {
+    let hub_error = HubError {
+        code: ErrorCode::Unauthorized,
+        message: "wrong token".into(),
+        fatal: true,
+    };
+    vec![
+        (
+            "ToHub_Hello",
+            ToHub::Hello(Hello {
+                protocol: codec::VERSION,
+                token: Some("s3cret".into()),
+                run: RunIdentity {
+                    run_id: run_id(),
+                    project: "llama".into(),
+                    name: "lr-3e-4".into(),
+                    config_json: r#"{"lr":0.0003,"warmup":100}"#.into(),
+                    host: "node0".into(),
+                    rank: 0,
+                    world_size: 8,
+                    started_at: 1_764_700_000.0,
+                },
+            })
+            .encode(),
+        ),
+        (
+            "ToHub_DefineMetrics",
+            ToHub::DefineMetrics(DefineMetrics {
+                metrics: vec![
+                    MetricDef { id: MetricId(0), name: "loss".into() },
+                    MetricDef { id: MetricId(1), name: "lr".into() },
+                ],
+            })
+            .encode(),
+        ),
+        (
+            "ToHub_Batch",
+            ToHub::Batch(Batch { seq: 7, records: vec![record(1), record(2)] }).encode(),
+        ),
+        ("ToHub_Heartbeat", ToHub::Heartbeat(Heartbeat { wall_time: 1_764_700_001.5 }).encode()),
+        (
+            "ToHub_Finish",
+            ToHub::Finish(Finish {
+                status: FinishStatus::Failed { message: "CUDA OOM".into() },
+                wall_time: 1_764_700_002.0,
+            })
+            .encode(),
+        ),
+        (
+            "FromHub_Welcome",
+            FromHub::Welcome(Welcome { run_id: run_id(), last_seq: 6, last_step: Some(120) })
+                .encode(),
+        ),
+        ("FromHub_Ack", FromHub::Ack(Ack { through_seq: 7 }).encode()),
+        (
+            "FromHub_FinishAck",
+            FromHub::FinishAck(FinishAck { status: RunStatus::Failed }).encode(),
+        ),
+        ("FromHub_HubError", FromHub::HubError(hub_error.clone()).encode()),
+        (
+            "FromViewer_Subscribe",
+            FromViewer::Subscribe(Subscribe {
+                runs: vec![run_id()],
+                metrics: Some(vec!["loss".into()]),
+                from_step: Some(100),
+                budget: Some(2000),
+            })
+            .encode(),
+        ),
+        (
+            "FromViewer_Unsubscribe",
+            FromViewer::Unsubscribe(Unsubscribe { runs: vec![run_id()] }).encode(),
+        ),
+        (
+            "ToViewer_RunList",
+            ToViewer::RunList(RunList { runs: vec![summary()], now: 1_764_700_331.0 }).encode(),
+        ),
+        (
+            "ToViewer_RunUpdate",
+            ToViewer::RunUpdate(RunUpdate { run: summary(), now: 1_764_700_331.0 }).encode(),
+        ),
+        (
+            "ToViewer_Metrics",
+            ToViewer::Metrics(Metrics {
+                run_id: run_id(),
+                metrics: vec![MetricDef { id: MetricId(0), name: "loss".into() }],
+            })
+            .encode(),
+        ),
+        (
+            "ToViewer_Backfill",
+            ToViewer::Backfill(Backfill {
+                run_id: run_id(),
+                through_seq: 6,
+                downsampled: true,
+                series: vec![Series {
+                    metric: MetricId(0),
+                    steps: vec![1, 50, 51, 100],
+                    values: vec![3.0, 9.5, 0.5, 1.0],
+                }],
+                done: true,
+            })
+            .encode(),
+        ),
+        (
+            "ToViewer_Live",
+            ToViewer::Live(Live { run_id: run_id(), seq: 7, records: vec![record(101)] }).encode(),
+        ),
+        (
+            "ToViewer_StatusChange",
+            ToViewer::StatusChange(StatusChange {
+                run_id: run_id(),
+                status: RunStatus::Running,
+                message: None,
+                at: 1_764_700_400.0,
+            })
+            .encode(),
+        ),
+        (
+            "ToViewer_Resync",
+            ToViewer::Resync(Resync {
+                run_id: run_id(),
+                after_seq: 7,
+                reason: "viewer lagged 40 batches".into(),
+            })
+            .encode(),
+        ),
+        ("ToViewer_HubError", ToViewer::HubError(hub_error).encode()),
+    ]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for line in bytes.chunks(32) {
+        for b in line {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn golden_bytes() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let mut failures = Vec::new();
+    for (name, bytes) in samples() {
+        let path = dir.join(format!("{name}.hex"));
+        let got = hex(&bytes);
+        if update {
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
+        if got != want {
+            failures.push(format!("{name}:\n  golden: {}\n  now:    {}", want.trim(), got.trim()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "wire bytes changed (a regression, or bump codec::VERSION and rerun with \
+         UPDATE_GOLDEN=1):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_sample_round_trips() {
+    for (name, bytes) in samples() {
+        let again = match name.split('_').next().unwrap() {
+            "ToHub" => ToHub::decode(&bytes).unwrap().encode(),
+            "FromHub" => FromHub::decode(&bytes).unwrap().encode(),
+            "FromViewer" => FromViewer::decode(&bytes).unwrap().encode(),
+            "ToViewer" => ToViewer::decode(&bytes).unwrap().encode(),
+            other => panic!("unknown direction {other}"),
+        };
+        assert_eq!(again, bytes, "{name} does not round-trip");
+    }
+}
+
+#[test]
+fn kinds_are_unique_across_directions() {
+    let mut kinds: Vec<u8> = samples().iter().map(|(_, b)| b[3]).collect();
+    // HubError is shared by two directions on purpose (0x1f and 0x3f), everything else once.
+    kinds.sort_unstable();
+    let n = kinds.len();
+    kinds.dedup();
+    assert_eq!(kinds.len(), n);
+}
+
+#[test]
+fn bad_frames_are_errors_not_panics() {
+    let good = ToHub::Batch(Batch { seq: 1, records: vec![record(1)] }).encode();
+
+    assert_eq!(ToHub::decode(&good[..3]), Err(DecodeError::Truncated(3)));
+
+    let mut bad_magic = good.clone();
+    bad_magic[0] = b'X';
+    assert!(matches!(ToHub::decode(&bad_magic), Err(DecodeError::BadMagic(_))));
+
+    let mut future = good.clone();
+    future[2] = codec::VERSION + 1;
+    assert_eq!(
+        ToHub::decode(&future),
+        Err(DecodeError::UnsupportedVersion { got: codec::VERSION + 1, supported: codec::VERSION })
+    );
+
+    let mut unknown = good.clone();
+    unknown[3] = 0x0e;
+    assert!(matches!(ToHub::decode(&unknown), Err(DecodeError::UnexpectedKind { kind: 0x0e, .. })));
+
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert!(matches!(ToHub::decode(&trailing), Err(DecodeError::Malformed { .. })));
+
+    // Every prefix of a valid frame is refused cleanly.
+    for len in 0..good.len() {
+        assert!(ToHub::decode(&good[..len]).is_err(), "prefix of {len} bytes decoded");
+    }
+
+    // A length prefix that claims a huge vector must not allocate it.
+    let mut huge = good[..4].to_vec();
+    huge.push(1); // seq
+    huge.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]); // u64 len
+    assert!(matches!(ToHub::decode(&huge), Err(DecodeError::Malformed { .. })));
+
+    let oversized = vec![0u8; codec::MAX_FRAME_LEN + 1];
+    assert!(matches!(ToHub::decode(&oversized), Err(DecodeError::TooLarge(_))));
+}
+
+#[test]
+fn non_finite_values_survive_the_wire() {
+    let frame = ToHub::Batch(Batch { seq: 1, records: vec![record(3)] }).encode();
+    let ToHub::Batch(batch) = ToHub::decode(&frame).unwrap() else { panic!() };
+    let values = &batch.records[0].values;
+    assert_eq!(values[0].1, 2.5);
+    assert!(values[1].1.is_nan());
+    assert_eq!(values[2].1, f64::INFINITY);
+}
