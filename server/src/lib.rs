@@ -1,1 +1,154 @@
-//! stub
+//! The stepstream hub: collectors stream step records in, the hub stores them durably and
+//! fans them out to subscribed viewers, and serves a JSON API.
+//!
+//! * `ingest` — the collector WebSocket (`/ws/collector`).
+//! * `viewer` — the viewer WebSocket (`/ws/viewer`): history, then live, exactly once.
+//! * `hub` — runs in memory, live fan-out, run status.
+//! * `store` — SQLite: the only code that touches the database.
+//! * `downsample` — M4 point budgets.
+//! * `api` — JSON, CSV and config over HTTP.
+//! * `auth` — tokens.
+
+pub mod api;
+pub mod auth;
+pub mod downsample;
+pub mod hub;
+pub mod ingest;
+pub mod store;
+pub mod viewer;
+
+use axum::routing::get;
+use axum::Router;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use auth::Auth;
+pub use hub::{Hub, StatusPolicy};
+
+/// Everything `stepstream serve` needs to know.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub bind: SocketAddr,
+    pub db: PathBuf,
+    pub policy: StatusPolicy,
+    pub auth: Auth,
+    /// fsync every commit (SQLite `synchronous=FULL`): survive power loss, not only a crash.
+    pub fsync: bool,
+}
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub hub: Arc<Hub>,
+    pub auth: Arc<Auth>,
+    pub stale_after_s: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to listen on {0} without tokens: set a write token and a read token \
+             (--write-token/--read-token or STEPSTREAM_WRITE_TOKEN/STEPSTREAM_READ_TOKEN), \
+             or pass --insecure-no-auth if this network is trusted")]
+    OpenBeyondLoopback(SocketAddr),
+    #[error("cannot open the database {path}: {source}")]
+    Store {
+        path: PathBuf,
+        source: store::StoreError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The routes, over an opened hub.
+pub fn router(state: AppState) -> Router {
+    let reads = Router::new()
+        .route("/api/runs", get(api::list_runs))
+        .route("/api/runs/{id}", get(api::run_detail))
+        .route("/api/runs/{id}/series", get(api::series))
+        .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
+        .route("/api/runs/{id}/config.json", get(api::export_config))
+        .route("/ws/viewer", get(viewer::viewer_socket))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_read,
+        ));
+    Router::new()
+        .route("/", get(index))
+        .route("/api/health", get(api::health))
+        .route("/ws/collector", get(ingest::collector_socket))
+        .merge(reads)
+        .with_state(state)
+}
+
+async fn index() -> axum::response::Html<&'static str> {
+    axum::response::Html(
+        "<!doctype html><title>stepstream</title><h1>stepstream hub</h1>\
+         <p>JSON API: <a href=\"/api/runs\">/api/runs</a>. Collectors connect to \
+         <code>/ws/collector</code>, viewers to <code>/ws/viewer</code>.</p>",
+    )
+}
+
+/// A bound, running hub.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub hub: Arc<Hub>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Serves until the server fails or `shutdown` resolves.
+    pub async fn wait(self) -> Result<(), ServeError> {
+        match self.task.await {
+            Ok(r) => Ok(r?),
+            Err(e) => Err(ServeError::Io(std::io::Error::other(e))),
+        }
+    }
+}
+
+/// Opens the database, binds, and starts serving in the background.
+pub async fn start(settings: Settings) -> Result<Running, ServeError> {
+    if !settings.bind.ip().is_loopback() && !settings.auth.guards_reads_and_writes() {
+        return Err(ServeError::OpenBeyondLoopback(settings.bind));
+    }
+    let (store, runs) = store::Store::open(&settings.db, settings.fsync).map_err(|source| {
+        ServeError::Store {
+            path: settings.db.clone(),
+            source,
+        }
+    })?;
+    tracing::info!(db = %settings.db.display(), runs = runs.len(), "database open");
+    let stale_after_s = settings.policy.stale_after.as_secs_f64();
+    let hub = Hub::new(store, runs, settings.policy.clone());
+    let listener = tokio::net::TcpListener::bind(settings.bind)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: settings.bind,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    let state = AppState {
+        hub: hub.clone(),
+        auth: Arc::new(settings.auth.clone()),
+        stale_after_s,
+    };
+    let ticker = hub.clone();
+    let period = (settings.policy.stale_after / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            every.tick().await;
+            ticker.tick().await;
+        }
+    });
+    let app = router(state);
+    let task = tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(Running { addr, hub, task })
+}

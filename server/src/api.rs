@@ -1,0 +1,367 @@
+//! The JSON API for scripts and tests, and the CSV / config exports.
+//!
+//! Non-finite values, which JSON cannot hold as numbers, are written as the strings `"NaN"`,
+//! `"Infinity"` and `"-Infinity"`.
+
+use crate::downsample::Budgeted;
+use crate::hub::{Run, RunState};
+use crate::AppState;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use stepstream_protocol::{unix_now, MetricId, RunId, RunStatus, RunSummary};
+
+/// An API failure: a status code and a message for the caller; internals go to the log.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unknown run {0:?}")]
+    UnknownRun(String),
+    #[error("run {run} has no metric {metric:?}")]
+    UnknownMetric { run: String, metric: String },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("storage error")]
+    Store(#[from] crate::store::StoreError),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            ApiError::UnknownRun(_) | ApiError::UnknownMetric { .. } => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Store(e) => {
+                tracing::error!(error = %e, "API storage error");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        (status, Json(json!({ "error": self.to_string() }))).into_response()
+    }
+}
+
+/// A float as JSON: a number, or a string for NaN and the infinities.
+pub fn json_f64(v: f64) -> Value {
+    if v.is_finite() {
+        json!(v)
+    } else if v.is_nan() {
+        json!("NaN")
+    } else if v > 0.0 {
+        json!("Infinity")
+    } else {
+        json!("-Infinity")
+    }
+}
+
+fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
+    let values: serde_json::Map<String, Value> = s
+        .last_values
+        .iter()
+        .map(|(k, v)| (k.clone(), json_f64(*v)))
+        .collect();
+    let age = s.last_point_at.map(|t| (now - t).max(0.0));
+    json!({
+        "run_id": s.run_id.as_str(),
+        "project": s.project,
+        "name": s.name,
+        "host": s.host,
+        "rank": s.rank,
+        "world_size": s.world_size,
+        "started_at": s.started_at,
+        "status": s.status.as_str(),
+        "status_message": s.status_message,
+        "last_step": s.last_step,
+        "last_point_at": s.last_point_at,
+        "age_s": age,
+        "last_values": values,
+        "records": s.records,
+        "training": s.status == RunStatus::Running && age.is_none_or(|a| a < stale_after),
+    })
+}
+
+fn find(app: &AppState, id: &str) -> Result<Arc<Run>, ApiError> {
+    RunId::new(id)
+        .ok()
+        .and_then(|id| app.hub.run(&id))
+        .ok_or_else(|| ApiError::UnknownRun(id.to_string()))
+}
+
+pub async fn health(State(app): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "ok": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "protocol": stepstream_protocol::codec::VERSION,
+        "runs": app.hub.runs().len(),
+    }))
+}
+
+pub async fn list_runs(State(app): State<AppState>) -> Json<Value> {
+    let now = unix_now();
+    let stale = app.stale_after_s;
+    let runs: Vec<Value> = app
+        .hub
+        .runs()
+        .iter()
+        .map(|r| summary_json(&r.state(RunState::summary), now, stale))
+        .collect();
+    Json(json!({ "now": now, "runs": runs }))
+}
+
+/// One run: identity, config, metrics and where it is now (the reference design's
+/// `/api/latest`).
+pub async fn run_detail(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = find(&app, &id)?;
+    let (summary, metrics, config) = run.state(|st| {
+        (
+            st.summary(),
+            st.metrics.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+            st.identity.config_json.clone(),
+        )
+    });
+    let mut v = summary_json(&summary, unix_now(), app.stale_after_s);
+    v["config"] = serde_json::from_str(&config).unwrap_or(Value::String(config));
+    v["metrics"] = json!(metrics);
+    Ok(Json(v))
+}
+
+#[derive(Deserialize)]
+pub struct SeriesQuery {
+    metric: String,
+    from: Option<i64>,
+    to: Option<i64>,
+    budget: Option<usize>,
+}
+
+/// One metric over a step range, M4-downsampled to the budget (default 2000 points).
+pub async fn series(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<SeriesQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let run = find(&app, &id)?;
+    let (metric, last_seq, last_step) = run.state(|st| {
+        let metric = st.metrics.iter().find(|m| m.name == q.metric).map(|m| m.id);
+        (metric, st.tail.last_seq, st.tail.last_step)
+    });
+    let metric: MetricId = metric.ok_or_else(|| ApiError::UnknownMetric {
+        run: id.clone(),
+        metric: q.metric.clone(),
+    })?;
+    let budget = q.budget.unwrap_or(2000);
+    if !(4..=1_000_000).contains(&budget) {
+        return Err(ApiError::BadRequest("budget must be between 4 and 1000000".into()));
+    }
+    let first = app.hub.store.first_step(run.key).await?.unwrap_or(0);
+    let lo = q.from.unwrap_or(first);
+    let hi = q.to.unwrap_or(last_step.unwrap_or(lo));
+    if hi < lo {
+        return Err(ApiError::BadRequest(format!("empty step range {lo}..{hi}")));
+    }
+    let (points, total) = app
+        .hub
+        .store
+        .scan(
+            run.key,
+            0,
+            last_seq,
+            (Budgeted::new(budget, (lo, hi)), 0u64),
+            move |(points, total), _, records| {
+                for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
+                    if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
+                        points.push(r.step, v);
+                        *total += 1;
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+    let (steps, values, downsampled) = points.finish();
+    Ok(Json(json!({
+        "run_id": id,
+        "metric": q.metric,
+        "from": lo,
+        "to": hi,
+        "budget": budget,
+        "total_points": total,
+        "downsampled": downsampled,
+        "steps": steps,
+        "values": values.into_iter().map(json_f64).collect::<Vec<_>>(),
+    })))
+}
+
+/// `YYYYMMDD_HHMMSS` of a unix time, in UTC.
+pub fn stamp(unix: f64) -> String {
+    let secs = unix.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (H. Hinnant), valid for every date after 1970.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}_{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn csv_value(out: &mut String, v: f64) {
+    use std::fmt::Write;
+    if v.is_nan() {
+        out.push_str("nan");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+fn csv_field(name: &str) -> String {
+    if name.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    } else {
+        name.to_string()
+    }
+}
+
+fn attachment(name: &str) -> String {
+    format!("attachment; filename=\"{name}\"")
+}
+
+/// The run as CSV: `step,timestamp,` then one column per metric; streamed from the store.
+pub async fn export_csv(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = find(&app, &id)?;
+    let (metrics, last_seq, started) = run.state(|st| {
+        (
+            st.metrics.clone(),
+            st.tail.last_seq,
+            st.identity.started_at,
+        )
+    });
+    let mut header_line = String::from("step,timestamp");
+    for m in &metrics {
+        header_line.push(',');
+        header_line.push_str(&csv_field(&m.name));
+    }
+    header_line.push('\n');
+    let column: std::collections::HashMap<MetricId, usize> =
+        metrics.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+    let width = metrics.len();
+
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let _ = tx.send(Ok(Bytes::from(header_line))).await;
+    let store = app.hub.store.clone();
+    let key = run.key;
+    tokio::spawn(async move {
+        let sink = tx.clone();
+        let scanned = store
+            .scan(key, 0, last_seq, String::new(), move |buf, _, records| {
+                let mut row: Vec<Option<f64>> = vec![None; width];
+                for r in records {
+                    row.iter_mut().for_each(|c| *c = None);
+                    for &(id, v) in &r.values {
+                        if let Some(&i) = column.get(&id) {
+                            row[i] = Some(v);
+                        }
+                    }
+                    use std::fmt::Write;
+                    let _ = write!(buf, "{},{:.6}", r.step, r.wall_time);
+                    for cell in &row {
+                        buf.push(',');
+                        if let Some(v) = cell {
+                            csv_value(buf, *v);
+                        }
+                    }
+                    buf.push('\n');
+                }
+                if buf.len() >= 256 * 1024 {
+                    let chunk = Bytes::from(std::mem::take(buf));
+                    if sink.blocking_send(Ok(chunk)).is_err() {
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
+        match scanned {
+            Ok(rest) => {
+                let _ = tx.send(Ok(Bytes::from(rest))).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "CSV export failed");
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+            }
+        }
+    });
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let name = format!("run_{}_metrics.csv", stamp(started));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (header::CONTENT_DISPOSITION, attachment(&name)),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// The run's hyper-parameters, as the collector sent them.
+pub async fn export_config(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = find(&app, &id)?;
+    let (config, started) = run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
+    let name = format!("run_{}_config.json", stamp(started));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (header::CONTENT_DISPOSITION, attachment(&name)),
+        ],
+        config,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_utc_civil_time() {
+        assert_eq!(stamp(0.0), "19700101_000000");
+        // 2026-12-02 18:04:27 UTC
+        assert_eq!(stamp(1_796_234_667.0), "20261202_180427");
+        assert_eq!(stamp(951_825_600.0), "20000229_120000");
+    }
+
+    #[test]
+    fn csv_cells() {
+        let mut s = String::new();
+        for v in [0.1, f64::NAN, f64::NEG_INFINITY, 3.0] {
+            csv_value(&mut s, v);
+            s.push(',');
+        }
+        assert_eq!(s, "0.1,nan,-inf,3,");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+    }
+}

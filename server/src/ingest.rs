@@ -1,0 +1,197 @@
+//! The collector WebSocket: hello, metric definitions, batches, heartbeats, finish.
+//!
+//! A batch is acknowledged only after the store committed it. Any frame the hub cannot
+//! accept gets a [`HubError`] that says why; a fatal one also closes the socket, and the
+//! collector reconnects and resends whatever was not acknowledged, so nothing accepted is lost.
+
+use crate::hub::{Appended, IngestError, Run};
+use crate::AppState;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_protocol::{
+    codec, Ack, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, RunStatus, ToHub, Welcome,
+};
+
+/// Socket-level message limit: a little above the codec's, so an oversized frame reaches the
+/// decoder and gets a clear error instead of a dropped connection.
+pub const SOCKET_LIMIT: usize = codec::MAX_FRAME_LEN + 64 * 1024;
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub async fn collector_socket(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(SOCKET_LIMIT)
+        .max_frame_size(SOCKET_LIMIT)
+        .on_upgrade(move |socket| async move {
+            let mut conn = Conn { socket };
+            if let Err(refusal) = serve(&app, &mut conn).await {
+                tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
+                conn.send(FromHub::HubError(refusal)).await;
+                let _ = conn.socket.send(Message::Close(None)).await;
+            }
+        })
+}
+
+struct Conn {
+    socket: WebSocket,
+}
+
+impl Conn {
+    async fn send(&mut self, msg: FromHub) -> bool {
+        self.socket
+            .send(Message::Binary(msg.encode().into()))
+            .await
+            .is_ok()
+    }
+
+    /// The next protocol frame; `Ok(None)` when the peer closed.
+    async fn next(&mut self) -> Result<Option<ToHub>, HubError> {
+        loop {
+            match self.socket.recv().await {
+                None | Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "collector socket error");
+                    return Ok(None);
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    return ToHub::decode(&bytes).map(Some).map_err(|e| {
+                        let code = match e {
+                            stepstream_protocol::DecodeError::UnsupportedVersion { .. } => {
+                                ErrorCode::UnsupportedVersion
+                            }
+                            _ => ErrorCode::BadFrame,
+                        };
+                        fatal(code, e.to_string())
+                    })
+                }
+                Some(Ok(Message::Text(_))) => {
+                    return Err(fatal(
+                        ErrorCode::BadFrame,
+                        "text frames are not part of the protocol; send binary frames",
+                    ))
+                }
+                Some(Ok(_)) => continue, // ping / pong
+            }
+        }
+    }
+}
+
+fn fatal(code: ErrorCode, message: impl Into<String>) -> HubError {
+    HubError {
+        code,
+        message: message.into(),
+        fatal: true,
+    }
+}
+
+async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, conn.next()).await {
+        Err(_) => {
+            return Err(fatal(
+                ErrorCode::ProtocolViolation,
+                "no hello within 10 s of connecting",
+            ))
+        }
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(ToHub::Hello(hello)))) => hello,
+        Ok(Ok(Some(other))) => {
+            return Err(fatal(
+                ErrorCode::ProtocolViolation,
+                format!("the first message must be Hello, not {}", other.name()),
+            ))
+        }
+        Ok(Err(e)) => return Err(e),
+    };
+    if hello.protocol != codec::VERSION {
+        return Err(fatal(
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "collector speaks protocol {}, this hub speaks {}",
+                hello.protocol,
+                codec::VERSION
+            ),
+        ));
+    }
+    if !app.auth.may_write(hello.token.as_deref()) {
+        return Err(fatal(
+            ErrorCode::Unauthorized,
+            "missing or wrong write token",
+        ));
+    }
+    let run = app
+        .hub
+        .open_run(hello.run)
+        .await
+        .map_err(|e| fatal(ErrorCode::Storage, e.to_string()))?;
+    let (run_id, last_seq, last_step) =
+        run.state(|st| (st.identity.run_id.clone(), st.tail.last_seq, st.tail.last_step));
+    tracing::info!(run = %run_id, last_seq, "collector connected");
+    if !conn
+        .send(FromHub::Welcome(Welcome {
+            run_id,
+            last_seq,
+            last_step,
+        }))
+        .await
+    {
+        return Ok(());
+    }
+    session(app, conn, &run).await
+}
+
+async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), HubError> {
+    let hub = &app.hub;
+    while let Some(msg) = conn.next().await? {
+        match msg {
+            ToHub::Batch(batch) => {
+                let seq = batch.seq;
+                match hub.append(run, batch).await {
+                    Ok(Appended::Stored | Appended::Duplicate) => {
+                        if !conn.send(FromHub::Ack(Ack { through_seq: seq })).await {
+                            return Ok(());
+                        }
+                    }
+                    Err(IngestError::Store(e)) => {
+                        tracing::error!(error = %e, seq, "batch not stored");
+                        return Err(fatal(
+                            ErrorCode::Storage,
+                            format!("batch {seq} was not stored ({e}); resend it later"),
+                        ));
+                    }
+                    Err(e) => return Err(fatal(ErrorCode::ProtocolViolation, e.to_string())),
+                }
+            }
+            ToHub::DefineMetrics(defs) => {
+                hub.define_metrics(run, defs.metrics)
+                    .await
+                    .map_err(|e| match e {
+                        IngestError::Store(e) => fatal(ErrorCode::Storage, e.to_string()),
+                        e => fatal(ErrorCode::ProtocolViolation, e.to_string()),
+                    })?;
+            }
+            ToHub::Heartbeat(_) => hub.heartbeat(run).await,
+            ToHub::Finish(finish) => {
+                let (status, message) = match finish.status {
+                    FinishStatus::Finished => (RunStatus::Finished, None),
+                    FinishStatus::Failed { message } => (RunStatus::Failed, Some(message)),
+                    FinishStatus::Killed { message } => (RunStatus::Killed, Some(message)),
+                };
+                hub.finish(run, status, message)
+                    .await
+                    .map_err(|e| fatal(ErrorCode::Storage, e.to_string()))?;
+                conn.send(FromHub::FinishAck(FinishAck { status })).await;
+                let _ = conn.socket.send(Message::Close(None)).await;
+                return Ok(());
+            }
+            ToHub::Hello(_) => {
+                return Err(fatal(
+                    ErrorCode::ProtocolViolation,
+                    "hello sent twice on one connection",
+                ))
+            }
+        }
+    }
+    tracing::info!(run = %run.state(|st| st.identity.run_id.clone()), "collector disconnected");
+    Ok(())
+}

@@ -1,0 +1,434 @@
+//! The viewer WebSocket: the run list, then for each subscribed run its history and its live
+//! points, exactly once each.
+//!
+//! Per subscription a task first subscribes to the run's live channel, then reads the run's
+//! last stored sequence number `S` and sends the history through `S` from the store, then
+//! forwards live batches with `seq > S`. Every batch is published after it is stored, so no
+//! batch falls between the two and none is sent twice. Each viewer has one bounded outgoing
+//! queue; when it is full the subscription task waits, its live channel lags, and it then
+//! sends a [`Resync`] and the missed batches from the store: a slow viewer costs only itself.
+
+use crate::downsample::Budgeted;
+use crate::hub::{Hub, LiveEvent, Run};
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use stepstream_protocol::{
+    unix_now, Backfill, ErrorCode, FromViewer, HubError, Live, MetricDef, MetricId, Metrics,
+    Resync, RunId, Series, StatusChange, StepRecord, Subscribe, ToViewer,
+};
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::AbortHandle;
+
+const OUTGOING_CAPACITY: usize = 256;
+/// Values per raw backfill chunk.
+const CHUNK_VALUES: usize = 50_000;
+
+pub async fn viewer_socket(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(64 * 1024)
+        .on_upgrade(move |socket| serve(app.hub.clone(), socket))
+}
+
+fn frame(msg: ToViewer) -> Bytes {
+    Bytes::from(msg.encode())
+}
+
+async fn serve(hub: Arc<Hub>, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (out, mut outgoing) = mpsc::channel::<Bytes>(OUTGOING_CAPACITY);
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = outgoing.recv().await {
+            if sink.send(Message::Binary(bytes)).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+
+    let mut updates = hub.subscribe_updates();
+    let mut subscriptions: HashMap<RunId, AbortHandle> = HashMap::new();
+    let _ = out.send(frame(ToViewer::RunList(hub.run_list()))).await;
+    loop {
+        tokio::select! {
+            incoming = stream.next() => {
+                let bytes = match incoming {
+                    Some(Ok(Message::Binary(bytes))) => bytes,
+                    Some(Ok(Message::Text(_))) => {
+                        let _ = out.send(error(ErrorCode::BadFrame, "send binary frames", false)).await;
+                        continue;
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => continue,
+                };
+                match FromViewer::decode(&bytes) {
+                    Ok(FromViewer::Subscribe(sub)) => {
+                        for run_id in &sub.runs {
+                            if let Some(old) = subscriptions.remove(run_id) {
+                                old.abort();
+                            }
+                            let Some(run) = hub.run(run_id) else {
+                                let msg = format!("unknown run {run_id}");
+                                let _ = out.send(error(ErrorCode::UnknownRun, &msg, false)).await;
+                                continue;
+                            };
+                            let task = tokio::spawn(follow(hub.clone(), run, Filter::new(&sub), out.clone()));
+                            subscriptions.insert(run_id.clone(), task.abort_handle());
+                        }
+                    }
+                    Ok(FromViewer::Unsubscribe(unsub)) => {
+                        for run_id in &unsub.runs {
+                            if let Some(old) = subscriptions.remove(run_id) {
+                                old.abort();
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = out.send(error(ErrorCode::BadFrame, &e.to_string(), false)).await;
+                    }
+                }
+            }
+            update = updates.recv() => match update {
+                Ok(bytes) => {
+                    if out.send(bytes).await.is_err() {
+                        break;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // The list moved faster than this viewer reads: send it whole again.
+                    let _ = out.send(frame(ToViewer::RunList(hub.run_list()))).await;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        }
+    }
+    for (_, task) in subscriptions {
+        task.abort();
+    }
+    drop(out);
+    let _ = writer.await;
+}
+
+fn error(code: ErrorCode, message: &str, fatal: bool) -> Bytes {
+    frame(ToViewer::HubError(HubError {
+        code,
+        message: message.to_string(),
+        fatal,
+    }))
+}
+
+/// What of a run a subscription wants.
+#[derive(Clone)]
+struct Filter {
+    names: Option<HashSet<String>>,
+    /// Ids of the wanted names, learnt as metrics are defined; unused when `names` is None.
+    ids: HashSet<MetricId>,
+    from_step: Option<i64>,
+    budget: Option<usize>,
+}
+
+impl Filter {
+    fn new(sub: &Subscribe) -> Filter {
+        Filter {
+            names: sub.metrics.as_ref().map(|m| m.iter().cloned().collect()),
+            ids: HashSet::new(),
+            from_step: sub.from_step,
+            budget: sub.budget.map(|b| b as usize),
+        }
+    }
+
+    /// Learns the ids of wanted metrics; returns the definitions the viewer should get.
+    fn learn(&mut self, defs: &[MetricDef]) -> Vec<MetricDef> {
+        let Some(names) = &self.names else {
+            return defs.to_vec();
+        };
+        let wanted: Vec<MetricDef> = defs
+            .iter()
+            .filter(|d| names.contains(&d.name))
+            .cloned()
+            .collect();
+        self.ids.extend(wanted.iter().map(|d| d.id));
+        wanted
+    }
+
+    fn takes_everything(&self) -> bool {
+        self.names.is_none() && self.from_step.is_none()
+    }
+
+    fn wants(&self, id: MetricId) -> bool {
+        self.names.is_none() || self.ids.contains(&id)
+    }
+
+    fn step_ok(&self, step: i64) -> bool {
+        self.from_step.is_none_or(|from| step >= from)
+    }
+
+    fn records(&self, records: &[StepRecord]) -> Vec<StepRecord> {
+        records
+            .iter()
+            .filter(|r| self.step_ok(r.step))
+            .map(|r| StepRecord {
+                step: r.step,
+                wall_time: r.wall_time,
+                values: r
+                    .values
+                    .iter()
+                    .copied()
+                    .filter(|&(id, _)| self.wants(id))
+                    .collect(),
+            })
+            .filter(|r| !r.values.is_empty())
+            .collect()
+    }
+}
+
+/// Sends a run's history then its live stream to one viewer, until aborted or the viewer
+/// goes away.
+async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sender<Bytes>) {
+    let mut live = run.live.subscribe();
+    let (run_id, defs, status, message, through) = run.state(|st| {
+        (
+            st.identity.run_id.clone(),
+            st.metrics.clone(),
+            st.status,
+            st.status_message.clone(),
+            st.tail.last_seq,
+        )
+    });
+    let defs = filter.learn(&defs);
+    let intro = [
+        ToViewer::Metrics(Metrics {
+            run_id: run_id.clone(),
+            metrics: defs,
+        }),
+        ToViewer::StatusChange(StatusChange {
+            run_id: run_id.clone(),
+            status,
+            message,
+            at: unix_now(),
+        }),
+    ];
+    for msg in intro {
+        if out.send(frame(msg)).await.is_err() {
+            return;
+        }
+    }
+    let budget = filter.budget;
+    if backfill(&hub, &run, &filter, 0, through, budget, &out)
+        .await
+        .is_break()
+    {
+        return;
+    }
+    let mut last = through;
+    loop {
+        let sent = match live.recv().await {
+            Ok(LiveEvent::Batch {
+                seq,
+                records,
+                frame: whole,
+            }) => {
+                if seq <= last {
+                    continue;
+                }
+                last = seq;
+                if filter.takes_everything() {
+                    out.send(whole).await
+                } else {
+                    let records = filter.records(&records);
+                    if records.is_empty() {
+                        continue;
+                    }
+                    out.send(frame(ToViewer::Live(Live {
+                        run_id: run_id.clone(),
+                        seq,
+                        records,
+                    })))
+                    .await
+                }
+            }
+            Ok(LiveEvent::Metrics(defs)) => {
+                let metrics = filter.learn(&defs);
+                if metrics.is_empty() {
+                    continue;
+                }
+                out.send(frame(ToViewer::Metrics(Metrics {
+                    run_id: run_id.clone(),
+                    metrics,
+                })))
+                .await
+            }
+            Ok(LiveEvent::Status(change)) => out.send(frame(ToViewer::StatusChange(change))).await,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::info!(run = %run_id, missed, after_seq = last, "viewer lagged; resynchronising from storage");
+                let (defs, through) = run.state(|st| (st.metrics.clone(), st.tail.last_seq));
+                let metrics = filter.learn(&defs);
+                let notices = [
+                    ToViewer::Resync(Resync {
+                        run_id: run_id.clone(),
+                        after_seq: last,
+                        reason: format!("viewer fell {missed} events behind the live stream"),
+                    }),
+                    ToViewer::Metrics(Metrics {
+                        run_id: run_id.clone(),
+                        metrics,
+                    }),
+                ];
+                for msg in notices {
+                    if out.send(frame(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                if backfill(&hub, &run, &filter, last, through, None, &out)
+                    .await
+                    .is_break()
+                {
+                    return;
+                }
+                last = through;
+                Ok(())
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends the stored batches `after < seq <= through` (exactly, or thinned to `budget` points
+/// per metric), ending with a chunk marked `done`. `Break` when the viewer is gone.
+async fn backfill(
+    hub: &Hub,
+    run: &Run,
+    filter: &Filter,
+    after: u64,
+    through: u64,
+    budget: Option<usize>,
+    out: &mpsc::Sender<Bytes>,
+) -> ControlFlow<()> {
+    let (run_id, last_step) = run.state(|st| (st.identity.run_id.clone(), st.tail.last_step));
+    let finish = |series: Vec<Series>, downsampled: bool| {
+        frame(ToViewer::Backfill(Backfill {
+            run_id: run_id.clone(),
+            through_seq: through,
+            downsampled,
+            series,
+            done: true,
+        }))
+    };
+    let sent = if after >= through {
+        out.send(finish(Vec::new(), false)).await.is_ok()
+    } else if let Some(budget) = budget {
+        let lo = hub.store.first_step(run.key).await.ok().flatten().unwrap_or(0);
+        let lo = filter.from_step.map_or(lo, |from| from.max(lo));
+        let range = (lo, last_step.unwrap_or(lo).max(lo));
+        let filter = filter.clone();
+        let scanned = hub
+            .store
+            .scan(run.key, after, through, BTreeMap::new(), move |per_metric, _, records| {
+                for r in records.iter().filter(|r| filter.step_ok(r.step)) {
+                    for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
+                        per_metric
+                            .entry(id)
+                            .or_insert_with(|| Budgeted::new(budget, range))
+                            .push(r.step, v);
+                    }
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
+        match scanned {
+            Ok(per_metric) => {
+                let mut downsampled = false;
+                let series = per_metric
+                    .into_iter()
+                    .map(|(metric, points): (MetricId, Budgeted)| {
+                        let (steps, values, thinned) = points.finish();
+                        downsampled |= thinned;
+                        Series {
+                            metric,
+                            steps,
+                            values,
+                        }
+                    })
+                    .collect();
+                out.send(finish(series, downsampled)).await.is_ok()
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "backfill failed");
+                false
+            }
+        }
+    } else {
+        let filter = filter.clone();
+        let tx = out.clone();
+        let id = run_id.clone();
+        let scanned = hub
+            .store
+            .scan(run.key, after, through, Chunk::default(), move |chunk, seq, records| {
+                chunk.add(&filter, records);
+                let last = seq == through;
+                if chunk.values >= CHUNK_VALUES || last {
+                    let msg = ToViewer::Backfill(Backfill {
+                        run_id: id.clone(),
+                        through_seq: through,
+                        downsampled: false,
+                        series: chunk.take(),
+                        done: last,
+                    });
+                    if tx.blocking_send(frame(msg)).is_err() {
+                        return ControlFlow::Break(());
+                    }
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
+        match scanned {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "backfill failed");
+                false
+            }
+        }
+    };
+    if sent && !out.is_closed() {
+        ControlFlow::Continue(())
+    } else {
+        ControlFlow::Break(())
+    }
+}
+
+/// A raw backfill chunk being filled.
+#[derive(Default)]
+struct Chunk {
+    series: BTreeMap<MetricId, Series>,
+    values: usize,
+}
+
+impl Chunk {
+    fn add(&mut self, filter: &Filter, records: &[StepRecord]) {
+        for r in records.iter().filter(|r| filter.step_ok(r.step)) {
+            for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
+                let s = self.series.entry(id).or_insert_with(|| Series {
+                    metric: id,
+                    steps: Vec::new(),
+                    values: Vec::new(),
+                });
+                s.steps.push(r.step);
+                s.values.push(v);
+                self.values += 1;
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Series> {
+        self.values = 0;
+        std::mem::take(&mut self.series).into_values().collect()
+    }
+}
