@@ -1,1 +1,254 @@
-fn main() {}
+//! `stepstream`: the hub (`serve`) and the CSV follower (`tail`).
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_collector::{tail, Collector, Options, Outcome};
+use stepstream_protocol::RunId;
+use stepstream_server::{Auth, Settings, StatusPolicy};
+
+#[derive(Parser)]
+#[command(name = "stepstream", version, about = "Live monitoring for deep-learning training")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the hub: collectors stream in, browsers and scripts watch.
+    Serve(ServeArgs),
+    /// Stream a metrics CSV (step,timestamp,loss,lr,...) to a hub, following it as it grows.
+    Tail(TailArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on. Anything but loopback requires tokens.
+    #[arg(long, default_value = "127.0.0.1:7070", env = "STEPSTREAM_BIND")]
+    bind: SocketAddr,
+    /// SQLite database file (created if missing).
+    #[arg(long, default_value = "stepstream-data/hub.db", env = "STEPSTREAM_DB")]
+    db: PathBuf,
+    /// Seconds without data or heartbeat after which a running run is stale.
+    #[arg(long, default_value_t = 30.0)]
+    stale_after: f64,
+    /// Seconds of silence after which a stale run is marked failed (0 = never).
+    #[arg(long, default_value_t = 600.0)]
+    fail_after: f64,
+    /// Token collectors must present.
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    write_token: Option<String>,
+    /// Token viewers and API clients must present.
+    #[arg(long, env = "STEPSTREAM_READ_TOKEN", hide_env_values = true)]
+    read_token: Option<String>,
+    /// Allow listening beyond loopback without tokens.
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// fsync every commit: survive power loss too, not only a killed process.
+    #[arg(long)]
+    fsync: bool,
+}
+
+#[derive(clap::Args)]
+struct TailArgs {
+    /// The CSV file to stream.
+    file: PathBuf,
+    /// Hub address.
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    hub: String,
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, default_value = "default")]
+    project: String,
+    /// Run name (default: the file's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Run id (default: derived from the file's path, so a restarted tail resumes the run).
+    #[arg(long)]
+    run_id: Option<String>,
+    /// A JSON file of hyper-parameters to attach to the run.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Stop at the end of the file instead of following it.
+    #[arg(long)]
+    no_follow: bool,
+    /// How often to look for new lines, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    poll_ms: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Tail(args) => tail_file(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stepstream: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    if args.stale_after <= 0.0 {
+        bail!("--stale-after must be positive");
+    }
+    let settings = Settings {
+        bind: args.bind,
+        db: args.db,
+        policy: StatusPolicy {
+            stale_after: Duration::from_secs_f64(args.stale_after),
+            fail_after: (args.fail_after > 0.0).then(|| Duration::from_secs_f64(args.fail_after)),
+        },
+        auth: Auth {
+            write: args.write_token.filter(|t| !t.is_empty()),
+            read: args.read_token.filter(|t| !t.is_empty()),
+        },
+        fsync: args.fsync,
+        insecure_no_auth: args.insecure_no_auth,
+    };
+    if args.insecure_no_auth {
+        tracing::warn!("--insecure-no-auth: anyone who can reach {} can read and write runs", settings.bind);
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    rt.block_on(async move {
+        let running = stepstream_server::start(settings)
+            .await
+            .context("cannot start the hub")?;
+        println!("stepstream hub listening on http://{}", running.addr);
+        tokio::select! {
+            r = running.wait() => r.context("the hub stopped"),
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("interrupted; stopping");
+                Ok(())
+            }
+        }
+    })
+}
+
+/// A run id from the file's absolute path, so the same file always maps to the same run.
+fn run_id_for(path: &std::path::Path) -> Result<RunId> {
+    let abs = std::fs::canonicalize(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in abs.to_string_lossy().bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let stem: String = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .take(40)
+        .collect();
+    Ok(RunId::new(format!("tail-{stem}-{:016x}", h))?)
+}
+
+fn tail_file(args: TailArgs) -> Result<()> {
+    let run_id = match &args.run_id {
+        Some(id) => RunId::new(id.clone())?,
+        None => run_id_for(&args.file)?,
+    };
+    let config_json = match &args.config {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read the config {}", p.display()))?,
+        None => format!(
+            "{{\"source\":{}}}",
+            serde_json::to_string(&args.file.display().to_string())?
+        ),
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        args.file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tail".into())
+    });
+    let mut options = Options::new(&args.hub, &args.project, &name);
+    options.token = args.token.clone();
+    options.run_id = Some(run_id.clone());
+    options.config_json = config_json;
+    let collector = Collector::start(options)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc_flag(flag);
+
+    // A tail that resumes must know what the hub has, or it would send those rows twice.
+    let after_step = loop {
+        if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
+            break last;
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        eprintln!(
+            "stepstream tail: waiting for the hub at {} ({})",
+            args.hub,
+            collector.last_error().unwrap_or_default()
+        );
+    };
+    eprintln!(
+        "stepstream tail: streaming {} as run {run_id}{}",
+        args.file.display(),
+        after_step.map_or(String::new(), |s| format!(", resuming after step {s}"))
+    );
+    let report = tail::tail(
+        &args.file,
+        &collector,
+        after_step,
+        !args.no_follow,
+        Duration::from_millis(args.poll_ms.max(10)),
+        &stop,
+    )?;
+    let sent = collector.finish(Outcome::Finished);
+    eprintln!(
+        "stepstream tail: {} rows sent, {} bad rows skipped, {} already on the hub; {}",
+        report.rows,
+        report.bad_rows,
+        report.skipped,
+        if sent.delivered { "all acknowledged" } else { "NOT all acknowledged" }
+    );
+    if !sent.delivered {
+        bail!("{} records were not acknowledged by the hub", sent.unacked);
+    }
+    Ok(())
+}
+
+/// Sets `flag` on Ctrl-C / SIGTERM.
+fn ctrlc_flag(flag: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return;
+        };
+        rt.block_on(async {
+            #[cfg(unix)]
+            {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+        });
+        flag.store(true, Ordering::Relaxed);
+    });
+}

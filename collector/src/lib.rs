@@ -1,1 +1,413 @@
-//! stub
+//! The stepstream collector: stream a training run's step metrics to a hub without ever
+//! blocking or crashing the training loop.
+//!
+//! ```no_run
+//! use stepstream_collector::{Collector, Options};
+//! let run = Collector::start(Options::new("ws://127.0.0.1:7070", "demo", "mlp-lr1e-3")).unwrap();
+//! for step in 0..100 {
+//!     run.log(step, &[("loss", 1.0 / (step + 1) as f64), ("lr", 1e-3)]);
+//! }
+//! let report = run.finish(stepstream_collector::Outcome::Finished);
+//! assert!(report.delivered);
+//! ```
+//!
+//! [`Collector::log`] puts the record on a bounded queue and returns; a background thread
+//! (`sender`) batches, sends, waits for the hub's acknowledgements, reconnects with backoff,
+//! and resends whatever was not acknowledged. The hub drops resent batches it already
+//! stored, so every record arrives exactly once.
+
+mod sender;
+pub mod tail;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use stepstream_protocol::{unix_now, utc_stamp, FinishStatus, MetricDef, MetricId, RunId, StepRecord};
+use tokio::sync::{mpsc, oneshot};
+
+pub use stepstream_protocol::RunId as Id;
+
+/// How a collector connects and what run it reports.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `ws://host:port` (or `http://`); `/ws/collector` is added when no path is given.
+    pub hub: String,
+    pub token: Option<String>,
+    pub project: String,
+    pub name: String,
+    /// A fresh id (`YYYYMMDD-HHMMSS-xxxxxxxx`) when `None`; reuse one to resume a run.
+    pub run_id: Option<RunId>,
+    /// Hyper-parameters as JSON.
+    pub config_json: String,
+    pub host: Option<String>,
+    pub rank: u32,
+    pub world_size: u32,
+    /// Records the queue between `log` and the sender holds; beyond it `log` drops and counts.
+    pub queue_capacity: usize,
+    /// Most records per batch.
+    pub max_batch: usize,
+    /// Sent when nothing else was sent for this long.
+    pub heartbeat: Duration,
+}
+
+impl Options {
+    pub fn new(hub: &str, project: &str, name: &str) -> Options {
+        Options {
+            hub: hub.to_string(),
+            token: None,
+            project: project.to_string(),
+            name: name.to_string(),
+            run_id: None,
+            config_json: "{}".to_string(),
+            host: None,
+            rank: 0,
+            world_size: 1,
+            queue_capacity: 1 << 20,
+            max_batch: 2000,
+            heartbeat: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid hub address {0:?}: use ws://HOST:PORT")]
+    BadHub(String),
+    #[error("config is not valid JSON: {0}")]
+    BadConfig(String),
+    #[error("cannot start the sender thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    Failed(String),
+    Killed(String),
+}
+
+impl From<Outcome> for FinishStatus {
+    fn from(o: Outcome) -> FinishStatus {
+        match o {
+            Outcome::Finished => FinishStatus::Finished,
+            Outcome::Failed(message) => FinishStatus::Failed { message },
+            Outcome::Killed(message) => FinishStatus::Killed { message },
+        }
+    }
+}
+
+/// What [`Collector::finish`] could deliver.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The hub stored every record and the run's end.
+    pub delivered: bool,
+    pub logged: u64,
+    /// Records `log` dropped because the queue was full.
+    pub dropped: u64,
+    /// Records acknowledged by the hub.
+    pub acked: u64,
+    /// Records still not acknowledged when `finish` gave up.
+    pub unacked: u64,
+}
+
+/// Counters shared by the caller and the sender thread.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub logged: AtomicU64,
+    pub dropped: AtomicU64,
+    pub acked: AtomicU64,
+    pub unacked: AtomicU64,
+    pub connected: AtomicBool,
+    pub reconnects: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+    /// The hub's last stored step for the run, once a hub welcomed this collector.
+    pub welcome: Mutex<Option<Option<i64>>>,
+}
+
+pub(crate) enum Command {
+    Define(MetricDef),
+    Record(StepRecord),
+    Flush,
+    Finish(FinishStatus, oneshot::Sender<bool>),
+}
+
+/// A run being streamed. `log` from any thread; `finish` once.
+pub struct Collector {
+    run_id: RunId,
+    queue: mpsc::Sender<Command>,
+    names: Mutex<HashMap<String, MetricId>>,
+    stats: Arc<Stats>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    finish_timeout: Duration,
+}
+
+/// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
+pub fn new_run_id() -> RunId {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    let stamp = utc_stamp(unix_now()).replace('_', "-");
+    RunId::new(format!("{stamp}-{:08x}", h.finish() as u32)).expect("generated ids are valid")
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Normalises a hub address to the collector socket's URL.
+pub fn collector_url(hub: &str) -> Result<String, StartError> {
+    let bad = || StartError::BadHub(hub.to_string());
+    let (scheme, rest) = hub.split_once("://").ok_or_else(bad)?;
+    let scheme = match scheme {
+        "ws" | "http" => "ws",
+        "wss" | "https" => "wss",
+        _ => return Err(bad()),
+    };
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let path = if path.is_empty() || path == "/" {
+        "/ws/collector"
+    } else {
+        path
+    };
+    Ok(format!("{scheme}://{host}{path}"))
+}
+
+impl Collector {
+    /// Starts streaming; returns at once, connecting in the background (a hub that is not up
+    /// yet is retried with backoff while records queue).
+    pub fn start(options: Options) -> Result<Collector, StartError> {
+        let url = collector_url(&options.hub)?;
+        serde_json::from_str::<serde_json::Value>(&options.config_json)
+            .map_err(|e| StartError::BadConfig(e.to_string()))?;
+        let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+        let identity = stepstream_protocol::RunIdentity {
+            run_id: run_id.clone(),
+            project: options.project.clone(),
+            name: options.name.clone(),
+            config_json: options.config_json.clone(),
+            host: options.host.clone().unwrap_or_else(hostname),
+            rank: options.rank,
+            world_size: options.world_size,
+            started_at: unix_now(),
+        };
+        let (queue, commands) = mpsc::channel(options.queue_capacity.max(16));
+        let stats = Arc::new(Stats::default());
+        let sender = sender::Sender::new(url, options.clone(), identity, stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("stepstream-sender".into())
+            .spawn(move || sender.run(commands))
+            .map_err(StartError::Thread)?;
+        Ok(Collector {
+            run_id,
+            queue,
+            names: Mutex::new(HashMap::new()),
+            stats,
+            thread: Mutex::new(Some(thread)),
+            finish_timeout: Duration::from_secs(30),
+        })
+    }
+
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// How long `finish` (and drop) waits for the hub to acknowledge everything.
+    pub fn set_finish_timeout(&mut self, timeout: Duration) {
+        self.finish_timeout = timeout;
+    }
+
+    /// Records one step now. Never blocks: when the queue is full the record is dropped and
+    /// counted ([`Report::dropped`]).
+    pub fn log(&self, step: i64, metrics: &[(&str, f64)]) {
+        self.log_at(step, unix_now(), metrics)
+    }
+
+    /// Records one step with an explicit wall time (unix seconds).
+    pub fn log_at(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)]) {
+        let mut values = Vec::with_capacity(metrics.len());
+        {
+            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            for &(name, value) in metrics {
+                let id = match names.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = MetricId(names.len() as u32);
+                        let def = MetricDef {
+                            id,
+                            name: name.to_string(),
+                        };
+                        // A definition that does not fit is retried with the next record.
+                        if self.queue.try_send(Command::Define(def)).is_err() {
+                            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        names.insert(name.to_string(), id);
+                        id
+                    }
+                };
+                values.push((id, value));
+            }
+        }
+        let record = StepRecord {
+            step,
+            wall_time,
+            values,
+        };
+        self.stats.logged.fetch_add(1, Ordering::Relaxed);
+        if self.queue.try_send(Command::Record(record)).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Asks the sender to send what it holds now rather than with the next batch.
+    pub fn flush(&self) {
+        let _ = self.queue.try_send(Command::Flush);
+    }
+
+    /// Whether the sender is connected to the hub right now.
+    pub fn connected(&self) -> bool {
+        self.stats.connected.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a hub has welcomed this run and returns the last step it had stored
+    /// (`Some(None)` for a new run); `None` if that did not happen within `timeout`.
+    pub fn wait_welcome(&self, timeout: Duration) -> Option<Option<i64>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(w) = *self.stats.welcome.lock().ok()? {
+                return Some(w);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The last connection or hub error, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.stats.last_error.lock().ok()?.clone()
+    }
+
+    fn report(&self, delivered: bool) -> Report {
+        Report {
+            delivered,
+            logged: self.stats.logged.load(Ordering::Relaxed),
+            dropped: self.stats.dropped.load(Ordering::Relaxed),
+            acked: self.stats.acked.load(Ordering::Relaxed),
+            unacked: self.stats.unacked.load(Ordering::Relaxed),
+        }
+    }
+
+    fn end(&self, outcome: Outcome) -> Report {
+        let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else {
+            return self.report(false);
+        };
+        let (reply, answer) = oneshot::channel();
+        let delivered = match self
+            .queue
+            .blocking_send(Command::Finish(outcome.into(), reply))
+        {
+            Ok(()) => {
+                let deadline = std::time::Instant::now() + self.finish_timeout;
+                let mut answer = answer;
+                loop {
+                    match answer.try_recv() {
+                        Ok(d) => break d,
+                        Err(oneshot::error::TryRecvError::Closed) => break false,
+                        Err(oneshot::error::TryRecvError::Empty) => {
+                            if std::time::Instant::now() >= deadline {
+                                break false;
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
+                }
+            }
+            Err(_) => false,
+        };
+        if delivered {
+            let _ = thread.join();
+        }
+        // Otherwise the thread is left to end with the process; waiting longer would stall
+        // the caller's exit on an unreachable hub.
+        self.report(delivered)
+    }
+
+    /// Sends everything, marks the run ended, and waits (up to the finish timeout) for the
+    /// hub to acknowledge it all.
+    pub fn finish(self, outcome: Outcome) -> Report {
+        self.end(outcome)
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if self.thread.lock().map(|t| t.is_some()).unwrap_or(false) {
+            self.end(Outcome::Finished);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            collector_url("ws://127.0.0.1:7070").unwrap(),
+            "ws://127.0.0.1:7070/ws/collector"
+        );
+        assert_eq!(
+            collector_url("http://h:1/").unwrap(),
+            "ws://h:1/ws/collector"
+        );
+        assert_eq!(collector_url("wss://h/x").unwrap(), "wss://h/x");
+        assert!(collector_url("127.0.0.1:7070").is_err());
+        assert!(collector_url("ftp://h").is_err());
+    }
+
+    #[test]
+    fn run_ids_are_unique_and_valid() {
+        let a = new_run_id();
+        let b = new_run_id();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), "20261202-180455-9f3a1b2c".len());
+    }
+
+    #[test]
+    fn log_never_blocks_without_a_hub() {
+        let mut opts = Options::new("ws://127.0.0.1:9", "p", "n");
+        opts.queue_capacity = 100;
+        let mut run = Collector::start(opts).unwrap();
+        run.set_finish_timeout(Duration::from_millis(200));
+        let t = std::time::Instant::now();
+        for step in 0..10_000 {
+            run.log(step, &[("loss", 1.0)]);
+        }
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let report = run.finish(Outcome::Finished);
+        assert!(!report.delivered);
+        assert_eq!(report.logged, 10_000);
+    }
+}

@@ -429,6 +429,29 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `YYYYMMDD_HHMMSS` of a unix time in UTC: the stamp in archived file names
+/// (`run_YYYYMMDD_HHMMSS_metrics.csv`) and in generated run ids.
+pub fn utc_stamp(unix: f64) -> String {
+    let secs = unix.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (H. Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}_{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +462,13 @@ mod tests {
         assert!(RunId::new("").is_err());
         assert!(RunId::new("a/b").is_err());
         assert!(RunId::new("x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn stamps_are_utc_civil_time() {
+        assert_eq!(utc_stamp(0.0), "19700101_000000");
+        assert_eq!(utc_stamp(1_796_234_667.0), "20261202_180427");
+        assert_eq!(utc_stamp(951_825_600.0), "20000229_120000");
     }
 
     #[test]

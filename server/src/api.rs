@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use stepstream_protocol::{unix_now, MetricId, RunId, RunStatus, RunSummary};
+use stepstream_protocol::{unix_now, utc_stamp, MetricId, RunId, RunStatus, RunSummary};
 
 /// An API failure: a status code and a message for the caller; internals go to the log.
 #[derive(Debug, thiserror::Error)]
@@ -197,28 +197,6 @@ pub async fn series(
     })))
 }
 
-/// `YYYYMMDD_HHMMSS` of a unix time, in UTC.
-pub fn stamp(unix: f64) -> String {
-    let secs = unix.max(0.0) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (H. Hinnant), valid for every date after 1970.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}_{:02}{:02}{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
 fn csv_value(out: &mut String, v: f64) {
     use std::fmt::Write;
     if v.is_nan() {
@@ -313,7 +291,7 @@ pub async fn export_csv(
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     }));
-    let name = format!("run_{}_metrics.csv", stamp(started));
+    let name = format!("run_{}_metrics.csv", utc_stamp(started));
     Ok((
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
@@ -331,7 +309,7 @@ pub async fn export_config(
 ) -> Result<Response, ApiError> {
     let run = find(&app, &id)?;
     let (config, started) = run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
-    let name = format!("run_{}_config.json", stamp(started));
+    let name = format!("run_{}_config.json", utc_stamp(started));
     Ok((
         [
             (header::CONTENT_TYPE, "application/json".to_string()),
@@ -345,14 +323,6 @@ pub async fn export_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stamps_are_utc_civil_time() {
-        assert_eq!(stamp(0.0), "19700101_000000");
-        // 2026-12-02 18:04:27 UTC
-        assert_eq!(stamp(1_796_234_667.0), "20261202_180427");
-        assert_eq!(stamp(951_825_600.0), "20000229_120000");
-    }
 
     #[test]
     fn csv_cells() {

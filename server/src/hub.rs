@@ -235,7 +235,10 @@ impl Hub {
             Some(run) => {
                 let was = run.state_mut(|st| {
                     let was = st.status;
+                    // A resumed run keeps the start time it was archived under.
+                    let started_at = st.identity.started_at;
                     st.identity = identity.clone();
+                    st.identity.started_at = started_at;
                     st.status = RunStatus::Running;
                     st.status_message = None;
                     st.last_activity = now;

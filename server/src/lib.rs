@@ -36,6 +36,8 @@ pub struct Settings {
     pub auth: Auth,
     /// fsync every commit (SQLite `synchronous=FULL`): survive power loss, not only a crash.
     pub fsync: bool,
+    /// Listen beyond loopback without tokens (a trusted network).
+    pub insecure_no_auth: bool,
 }
 
 /// Shared by every handler.
@@ -114,7 +116,10 @@ impl Running {
 
 /// Opens the database, binds, and starts serving in the background.
 pub async fn start(settings: Settings) -> Result<Running, ServeError> {
-    if !settings.bind.ip().is_loopback() && !settings.auth.guards_reads_and_writes() {
+    if !settings.bind.ip().is_loopback()
+        && !settings.auth.guards_reads_and_writes()
+        && !settings.insecure_no_auth
+    {
         return Err(ServeError::OpenBeyondLoopback(settings.bind));
     }
     let (store, runs) = store::Store::open(&settings.db, settings.fsync).map_err(|source| {

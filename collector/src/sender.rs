@@ -1,0 +1,370 @@
+//! The sender thread: owns the connection to the hub and every record not yet acknowledged.
+//!
+//! Records wait in `building` until the send window has room, then are sealed into a batch
+//! under the next sequence number and kept in `pending` until the hub acknowledges it. On
+//! any failure the connection is dropped and rebuilt with exponential backoff; the hub's
+//! `Welcome` says which batches it already stored, and the rest are resent in order.
+
+use crate::{Command, Options, Stats};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_protocol::{
+    codec, unix_now, Batch, DefineMetrics, Finish, FinishStatus, FromHub, Heartbeat, Hello,
+    MetricDef, RunIdentity, StepRecord, ToHub, Welcome,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_tungstenite::tungstenite::Message;
+
+/// Batches sent and not yet acknowledged, at most.
+const WINDOW: u64 = 32;
+/// Records held in memory (queued for sending or awaiting acknowledgement), at most; beyond
+/// it the sender stops taking from the queue, and `log` drops once that fills too.
+const MAX_BUFFERED: usize = 2_000_000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+pub(crate) struct Sender {
+    url: String,
+    options: Options,
+    identity: RunIdentity,
+    stats: Arc<Stats>,
+    /// Every metric defined so far (resent on each connection).
+    defs: Vec<MetricDef>,
+    /// Defined since the connection started, not yet sent.
+    new_defs: Vec<MetricDef>,
+    building: Vec<StepRecord>,
+    pending: VecDeque<Batch>,
+    next_seq: u64,
+    /// Records in `building` and `pending`.
+    buffered: usize,
+    /// A hub has welcomed this process at least once.
+    welcomed: bool,
+    finish: Option<(FinishStatus, Option<oneshot::Sender<bool>>)>,
+}
+
+enum Ended {
+    Done,
+    Lost { error: String, was_welcomed: bool },
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<
+    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+>;
+
+impl Sender {
+    pub(crate) fn new(
+        url: String,
+        options: Options,
+        identity: RunIdentity,
+        stats: Arc<Stats>,
+    ) -> Sender {
+        Sender {
+            url,
+            options,
+            identity,
+            stats,
+            defs: Vec::new(),
+            new_defs: Vec::new(),
+            building: Vec::new(),
+            pending: VecDeque::new(),
+            next_seq: 1,
+            buffered: 0,
+            welcomed: false,
+            finish: None,
+        }
+    }
+
+    pub(crate) fn run(mut self, commands: mpsc::Receiver<Command>) {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                // Without a runtime nothing can be sent; the caller's `log` keeps working
+                // (the queue fills and drops) so training is unaffected.
+                tracing::error!(error = %e, "stepstream sender could not start");
+                return;
+            }
+        };
+        rt.block_on(self.main(commands));
+    }
+
+    fn can_buffer(&self) -> bool {
+        self.buffered < MAX_BUFFERED && self.finish.is_none()
+    }
+
+    fn take(&mut self, cmd: Option<Command>) {
+        match cmd {
+            Some(Command::Define(def)) => {
+                self.defs.push(def.clone());
+                self.new_defs.push(def);
+            }
+            Some(Command::Record(r)) => {
+                self.building.push(r);
+                self.buffered += 1;
+            }
+            Some(Command::Flush) => {}
+            Some(Command::Finish(status, reply)) => self.finish = Some((status, Some(reply))),
+            // The collector was dropped without finishing: end the run as finished.
+            None => {
+                if self.finish.is_none() {
+                    self.finish = Some((FinishStatus::Finished, None));
+                }
+            }
+        }
+        self.stats
+            .unacked
+            .store(self.buffered as u64, Ordering::Relaxed);
+    }
+
+    /// Takes whatever else is already queued, without waiting.
+    fn drain(&mut self, commands: &mut mpsc::Receiver<Command>) {
+        while self.can_buffer() && self.building.len() < self.options.max_batch * 4 {
+            match commands.try_recv() {
+                Ok(cmd) => self.take(Some(cmd)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.take(None);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Seals `building` into batches of at most `max_batch` records.
+    fn seal(&mut self) {
+        while !self.building.is_empty() {
+            let n = self.building.len().min(self.options.max_batch.max(1));
+            let records: Vec<StepRecord> = self.building.drain(..n).collect();
+            self.pending.push_back(Batch {
+                seq: self.next_seq,
+                records,
+            });
+            self.next_seq += 1;
+        }
+    }
+
+    fn acked_through(&mut self, through: u64) {
+        while self.pending.front().is_some_and(|b| b.seq <= through) {
+            let b = self.pending.pop_front().expect("front exists");
+            self.buffered -= b.records.len();
+            self.stats
+                .acked
+                .fetch_add(b.records.len() as u64, Ordering::Relaxed);
+        }
+        self.stats
+            .unacked
+            .store(self.buffered as u64, Ordering::Relaxed);
+    }
+
+    fn welcome(&mut self, w: &Welcome) {
+        if !self.welcomed && w.last_seq > 0 {
+            // A new process continuing a stored run: number our batches after the hub's.
+            self.seal();
+            let mut seq = w.last_seq;
+            for b in self.pending.iter_mut() {
+                seq += 1;
+                b.seq = seq;
+            }
+            self.next_seq = seq + 1;
+        } else {
+            self.acked_through(w.last_seq);
+        }
+        self.welcomed = true;
+        if let Ok(mut slot) = self.stats.welcome.lock() {
+            slot.get_or_insert(w.last_step);
+        }
+    }
+
+    async fn main(&mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.connection(&mut commands).await {
+                Ended::Done => return,
+                Ended::Lost {
+                    error,
+                    was_welcomed,
+                } => {
+                    self.stats.connected.store(false, Ordering::Relaxed);
+                    self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%error, "stepstream hub connection lost; retrying");
+                    if let Ok(mut e) = self.stats.last_error.lock() {
+                        *e = Some(error);
+                    }
+                    if was_welcomed {
+                        backoff = Duration::from_millis(100);
+                    }
+                }
+            }
+            // Jitter keeps many collectors from reconnecting in lockstep after a hub restart.
+            let jitter = Duration::from_millis(u64::from(std::process::id() % 97));
+            let until = Instant::now() + backoff + jitter;
+            loop {
+                tokio::select! {
+                    _ = sleep_until(until) => break,
+                    cmd = commands.recv(), if self.can_buffer() => {
+                        self.take(cmd);
+                        self.drain(&mut commands);
+                    }
+                }
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn connection(&mut self, commands: &mut mpsc::Receiver<Command>) -> Ended {
+        let lost = |error: String, was_welcomed: bool| Ended::Lost {
+            error,
+            was_welcomed,
+        };
+        let ws: Ws = match timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&self.url))
+            .await
+        {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(e)) => return lost(format!("cannot connect to {}: {e}", self.url), false),
+            Err(_) => return lost(format!("connecting to {} timed out", self.url), false),
+        };
+        let (mut sink, mut stream) = ws.split();
+        let hello = ToHub::Hello(Hello {
+            protocol: codec::VERSION,
+            token: self.options.token.clone(),
+            run: self.identity.clone(),
+        });
+        if let Err(e) = sink.send(binary(hello)).await {
+            return lost(e.to_string(), false);
+        }
+        let welcome = match timeout(WELCOME_TIMEOUT, next_from_hub(&mut stream)).await {
+            Err(_) => return lost("no welcome from the hub".into(), false),
+            Ok(Err(e)) => return lost(e, false),
+            Ok(Ok(FromHub::Welcome(w))) => w,
+            Ok(Ok(other)) => return lost(format!("expected Welcome, got {}", other.name()), false),
+        };
+        self.welcome(&welcome);
+        self.stats.connected.store(true, Ordering::Relaxed);
+        tracing::debug!(run = %self.identity.run_id, last_seq = welcome.last_seq, "connected to the hub");
+
+        self.new_defs.clear();
+        if !self.defs.is_empty() {
+            let defs = ToHub::DefineMetrics(DefineMetrics {
+                metrics: self.defs.clone(),
+            });
+            if let Err(e) = sink.send(binary(defs)).await {
+                return lost(e.to_string(), true);
+            }
+        }
+        let mut acked = self.pending.front().map_or(self.next_seq - 1, |b| b.seq - 1);
+        let mut sent = acked;
+        let mut finish_sent = false;
+        let mut last_send = Instant::now();
+        loop {
+            self.drain(commands);
+            if !self.new_defs.is_empty() {
+                let defs = ToHub::DefineMetrics(DefineMetrics {
+                    metrics: std::mem::take(&mut self.new_defs),
+                });
+                if let Err(e) = sink.feed(binary(defs)).await {
+                    return lost(e.to_string(), true);
+                }
+            }
+            if sent - acked < WINDOW {
+                self.seal();
+            }
+            let mut wrote = false;
+            for b in self.pending.iter() {
+                if b.seq <= sent {
+                    continue;
+                }
+                if sent - acked >= WINDOW {
+                    break;
+                }
+                if let Err(e) = sink.feed(binary(ToHub::Batch(b.clone()))).await {
+                    return lost(e.to_string(), true);
+                }
+                sent = b.seq;
+                wrote = true;
+            }
+            if self.finish.is_some() && self.pending.is_empty() && self.building.is_empty() {
+                if !finish_sent {
+                    let status = self.finish.as_ref().expect("checked").0.clone();
+                    let msg = ToHub::Finish(Finish {
+                        status,
+                        wall_time: unix_now(),
+                    });
+                    if let Err(e) = sink.feed(binary(msg)).await {
+                        return lost(e.to_string(), true);
+                    }
+                    finish_sent = true;
+                    wrote = true;
+                }
+            }
+            if wrote {
+                if let Err(e) = sink.flush().await {
+                    return lost(e.to_string(), true);
+                }
+                last_send = Instant::now();
+            }
+
+            let beat_at = last_send + self.options.heartbeat;
+            tokio::select! {
+                cmd = commands.recv(), if self.can_buffer() => self.take(cmd),
+                msg = next_from_hub(&mut stream) => match msg {
+                    Ok(FromHub::Ack(ack)) => {
+                        acked = acked.max(ack.through_seq);
+                        self.acked_through(ack.through_seq);
+                    }
+                    Ok(FromHub::FinishAck(_)) => {
+                        if let Some((_, Some(reply))) = self.finish.take() {
+                            let _ = reply.send(true);
+                        }
+                        let _ = sink.close().await;
+                        return Ended::Done;
+                    }
+                    Ok(FromHub::HubError(e)) => {
+                        let text = format!("hub error {:?}: {}", e.code, e.message);
+                        tracing::warn!("{text}");
+                        if e.fatal {
+                            return lost(text, true);
+                        }
+                    }
+                    Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), true),
+                    Err(e) => return lost(e, true),
+                },
+                _ = sleep_until(beat_at) => {
+                    let beat = ToHub::Heartbeat(Heartbeat { wall_time: unix_now() });
+                    if let Err(e) = sink.send(binary(beat)).await {
+                        return lost(e.to_string(), true);
+                    }
+                    last_send = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+fn binary(msg: ToHub) -> Message {
+    Message::Binary(msg.encode().into())
+}
+
+async fn next_from_hub(
+    stream: &mut futures_util::stream::SplitStream<Ws>,
+) -> Result<FromHub, String> {
+    loop {
+        match stream.next().await {
+            None => return Err("the hub closed the connection".into()),
+            Some(Err(e)) => return Err(e.to_string()),
+            Some(Ok(Message::Binary(bytes))) => {
+                return FromHub::decode(&bytes).map_err(|e| format!("bad frame from hub: {e}"))
+            }
+            Some(Ok(Message::Close(frame))) => {
+                return Err(format!("the hub closed the connection ({frame:?})"))
+            }
+            Some(Ok(_)) => continue,
+        }
+    }
+}

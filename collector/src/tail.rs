@@ -1,0 +1,334 @@
+//! `stepstream tail`: stream a metrics CSV that a training job already writes, following the
+//! file as it grows.
+//!
+//! The reference shape is `step,timestamp,loss,lr,grad_norm,samples_per_sec`; any other
+//! numeric column becomes a metric too. Only complete lines (ending in a newline) are read
+//! while following, so a half-written last line is waited for, never misread. Cells `nan`,
+//! `inf` and `-inf` are values; an empty cell is a missing value; a row that does not parse
+//! is reported and skipped. `timestamp` may be unix seconds or `YYYY-MM-DD HH:MM:SS[.f]`
+//! (read as UTC).
+
+use crate::Collector;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Header(String),
+}
+
+/// What a tail did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TailReport {
+    pub rows: u64,
+    pub bad_rows: u64,
+    /// Rows at or below the step the hub already had (a resumed tail).
+    pub skipped: u64,
+}
+
+/// One parsed data row.
+#[derive(Debug, PartialEq)]
+pub struct Row {
+    pub step: i64,
+    pub wall_time: Option<f64>,
+    pub values: Vec<(usize, f64)>,
+}
+
+/// Turns CSV lines into rows, given the header.
+#[derive(Debug)]
+pub struct Parser {
+    pub columns: Vec<String>,
+    step: usize,
+    timestamp: Option<usize>,
+}
+
+fn split(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}
+
+/// `YYYY-MM-DD[ T]HH:MM:SS[.fff]` as unix seconds (UTC).
+fn parse_datetime(s: &str) -> Option<f64> {
+    let s = s.trim().trim_end_matches('Z');
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.splitn(3, ':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let min: i64 = t.next()?.parse().ok()?;
+    let sec: f64 = t.next().unwrap_or("0").parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from civil (H. Hinnant).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + min * 60) as f64 + sec)
+}
+
+fn parse_value(cell: &str) -> Option<f64> {
+    // Rust's parser takes nan, inf, infinity in any case, with a sign.
+    cell.trim().parse::<f64>().ok()
+}
+
+impl Parser {
+    pub fn new(header: &str) -> Result<Parser, TailError> {
+        let columns: Vec<String> = split(header.trim_end_matches(['\r', '\n']))
+            .into_iter()
+            .map(|c| c.trim().to_string())
+            .collect();
+        let step = columns
+            .iter()
+            .position(|c| c.eq_ignore_ascii_case("step"))
+            .ok_or_else(|| {
+                TailError::Header(format!(
+                    "the header {header:?} has no `step` column (expected \
+                     step,timestamp,loss,lr,...)"
+                ))
+            })?;
+        let timestamp = columns.iter().position(|c| {
+            c.eq_ignore_ascii_case("timestamp") || c.eq_ignore_ascii_case("time")
+        });
+        Ok(Parser {
+            columns,
+            step,
+            timestamp,
+        })
+    }
+
+    /// The metric columns: every column but `step` and `timestamp`.
+    pub fn is_metric(&self, column: usize) -> bool {
+        column != self.step && Some(column) != self.timestamp
+    }
+
+    pub fn row(&self, line: &str) -> Result<Row, String> {
+        let cells = split(line.trim_end_matches(['\r', '\n']));
+        if cells.len() != self.columns.len() {
+            return Err(format!(
+                "{} cells where the header has {}",
+                cells.len(),
+                self.columns.len()
+            ));
+        }
+        let step_cell = cells[self.step].trim();
+        let step = step_cell
+            .parse::<i64>()
+            .ok()
+            .or_else(|| {
+                let f = step_cell.parse::<f64>().ok()?;
+                (f.fract() == 0.0 && f.abs() < 9e15).then_some(f as i64)
+            })
+            .ok_or_else(|| format!("step {step_cell:?} is not an integer"))?;
+        let wall_time = match self.timestamp {
+            Some(i) if !cells[i].trim().is_empty() => {
+                let c = cells[i].trim();
+                Some(
+                    c.parse::<f64>()
+                        .ok()
+                        .filter(|t| t.is_finite())
+                        .or_else(|| parse_datetime(c))
+                        .ok_or_else(|| format!("timestamp {c:?} is neither unix seconds nor a date"))?,
+                )
+            }
+            _ => None,
+        };
+        let mut values = Vec::with_capacity(cells.len());
+        for (i, cell) in cells.iter().enumerate() {
+            if !self.is_metric(i) || cell.trim().is_empty() {
+                continue;
+            }
+            let v = parse_value(cell)
+                .ok_or_else(|| format!("{} = {cell:?} is not a number", self.columns[i]))?;
+            values.push((i, v));
+        }
+        Ok(Row {
+            step,
+            wall_time,
+            values,
+        })
+    }
+}
+
+/// Streams `path` into `collector`: the rows after `after_step` (the hub's last step, for a
+/// resumed tail), then, when `follow`, every row appended later until `stop` is set. Bad rows
+/// are reported on stderr and skipped.
+pub fn tail(
+    path: &Path,
+    collector: &Collector,
+    after_step: Option<i64>,
+    follow: bool,
+    poll: Duration,
+    stop: &AtomicBool,
+) -> Result<TailReport, TailError> {
+    let io = |source| TailError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut report = TailReport::default();
+    let mut parser: Option<Parser> = None;
+    let mut pending = Vec::<u8>::new();
+    let mut offset: u64 = 0;
+    let mut line_no: u64 = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut last_step = after_step;
+    loop {
+        let n = file.read(&mut chunk).map_err(io)?;
+        if n > 0 {
+            offset += n as u64;
+            pending.extend_from_slice(&chunk[..n]);
+            let mut start = 0;
+            while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&pending[start..start + end]).into_owned();
+                start += end + 1;
+                line_no += 1;
+                handle(
+                    &line,
+                    line_no,
+                    &mut parser,
+                    collector,
+                    &mut last_step,
+                    &mut report,
+                )?;
+            }
+            pending.drain(..start);
+            continue;
+        }
+        // At the end of what is written so far.
+        if !follow || stop.load(Ordering::Relaxed) {
+            if !follow && !pending.is_empty() {
+                // The file is complete: its last line just lacks a newline.
+                let line = String::from_utf8_lossy(&pending).into_owned();
+                line_no += 1;
+                handle(
+                    &line,
+                    line_no,
+                    &mut parser,
+                    collector,
+                    &mut last_step,
+                    &mut report,
+                )?;
+            }
+            return Ok(report);
+        }
+        collector.flush();
+        std::thread::sleep(poll);
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len < offset {
+            eprintln!(
+                "stepstream tail: {} shrank from {offset} to {len} bytes; reading it again \
+                 from the start (rows up to step {} are skipped)",
+                path.display(),
+                last_step.map_or("-".into(), |s| s.to_string())
+            );
+            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            offset = 0;
+            pending.clear();
+            parser = None;
+            line_no = 0;
+        }
+    }
+}
+
+fn handle(
+    line: &str,
+    line_no: u64,
+    parser: &mut Option<Parser>,
+    collector: &Collector,
+    last_step: &mut Option<i64>,
+    report: &mut TailReport,
+) -> Result<(), TailError> {
+    if line.trim().is_empty() {
+        return Ok(());
+    }
+    let Some(p) = parser.as_ref() else {
+        *parser = Some(Parser::new(line)?);
+        return Ok(());
+    };
+    match p.row(line) {
+        Ok(row) => {
+            if last_step.is_some_and(|last| row.step <= last) {
+                report.skipped += 1;
+                return Ok(());
+            }
+            let metrics: Vec<(&str, f64)> = row
+                .values
+                .iter()
+                .map(|&(i, v)| (p.columns[i].as_str(), v))
+                .collect();
+            match row.wall_time {
+                Some(t) => collector.log_at(row.step, t, &metrics),
+                None => collector.log(row.step, &metrics),
+            }
+            *last_step = Some(row.step);
+            report.rows += 1;
+        }
+        Err(why) => {
+            eprintln!("stepstream tail: line {line_no} skipped: {why}: {line:?}");
+            report.bad_rows += 1;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_rows() {
+        let p = Parser::new("step,timestamp,loss,lr,grad_norm,samples_per_sec\n").unwrap();
+        let row = p.row("10,1764700000.5,2.25,0.001,nan,inf").unwrap();
+        assert_eq!(row.step, 10);
+        assert_eq!(row.wall_time, Some(1_764_700_000.5));
+        assert_eq!(row.values.len(), 4);
+        assert!(row.values[2].1.is_nan());
+        assert_eq!(row.values[3].1, f64::INFINITY);
+        let row = p.row("11,2024-01-02 03:04:05.5,-inf,,1,2").unwrap();
+        assert_eq!(row.wall_time, Some(1_704_164_645.5));
+        assert_eq!(row.values[0].1, f64::NEG_INFINITY);
+        assert_eq!(row.values.len(), 3, "empty lr cell is missing, not zero");
+    }
+
+    #[test]
+    fn bad_rows_say_why() {
+        let p = Parser::new("step,loss").unwrap();
+        assert!(p.row("1,abc").unwrap_err().contains("loss"));
+        assert!(p.row("1").unwrap_err().contains("cells"));
+        assert!(p.row("x,1").unwrap_err().contains("step"));
+        assert!(Parser::new("epoch,loss").is_err());
+    }
+
+    #[test]
+    fn quoted_cells() {
+        assert_eq!(split("a,\"b,c\",\"d\"\"e\""), vec!["a", "b,c", "d\"e"]);
+    }
+}
