@@ -12,7 +12,11 @@ use stepstream_protocol::RunId;
 use stepstream_server::{Auth, Settings, StatusPolicy};
 
 #[derive(Parser)]
-#[command(name = "stepstream", version, about = "Live monitoring for deep-learning training")]
+#[command(
+    name = "stepstream",
+    version,
+    about = "Live monitoring for deep-learning training"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -123,7 +127,10 @@ fn serve(args: ServeArgs) -> Result<()> {
         insecure_no_auth: args.insecure_no_auth,
     };
     if args.insecure_no_auth {
-        tracing::warn!("--insecure-no-auth: anyone who can reach {} can read and write runs", settings.bind);
+        tracing::warn!(
+            "--insecure-no-auth: anyone who can reach {} can read and write runs",
+            settings.bind
+        );
     }
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     rt.block_on(async move {
@@ -143,8 +150,8 @@ fn serve(args: ServeArgs) -> Result<()> {
 
 /// A run id from the file's absolute path, so the same file always maps to the same run.
 fn run_id_for(path: &std::path::Path) -> Result<RunId> {
-    let abs = std::fs::canonicalize(path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
+    let abs =
+        std::fs::canonicalize(path).with_context(|| format!("cannot open {}", path.display()))?;
     // FNV-1a: stable across builds and platforms, unlike std's hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in abs.to_string_lossy().bytes() {
@@ -155,7 +162,13 @@ fn run_id_for(path: &std::path::Path) -> Result<RunId> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(40)
         .collect();
     Ok(RunId::new(format!("tail-{stem}-{:016x}", h))?)
@@ -223,7 +236,11 @@ fn tail_file(args: TailArgs) -> Result<()> {
         report.rows,
         report.bad_rows,
         report.skipped,
-        if sent.delivered { "all acknowledged" } else { "NOT all acknowledged" }
+        if sent.delivered {
+            "all acknowledged"
+        } else {
+            "NOT all acknowledged"
+        }
     );
     if !sent.delivered {
         bail!("{} records were not acknowledged by the hub", sent.unacked);
@@ -234,7 +251,10 @@ fn tail_file(args: TailArgs) -> Result<()> {
 /// Sets `flag` on Ctrl-C / SIGTERM.
 fn ctrlc_flag(flag: Arc<AtomicBool>) {
     std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
             return;
         };
         rt.block_on(async {

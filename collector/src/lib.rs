@@ -23,7 +23,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use stepstream_protocol::{unix_now, utc_stamp, FinishStatus, MetricDef, MetricId, RunId, StepRecord};
+use stepstream_protocol::{
+    unix_now, utc_stamp, FinishStatus, MetricDef, MetricId, RunId, StepRecord,
+};
 use tokio::sync::{mpsc, oneshot};
 
 pub use stepstream_protocol::RunId as Id;

@@ -52,9 +52,8 @@ enum Ended {
     Lost { error: String, was_welcomed: bool },
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<
-    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
->;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 impl Sender {
     pub(crate) fn new(
@@ -223,13 +222,12 @@ impl Sender {
             error,
             was_welcomed,
         };
-        let ws: Ws = match timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&self.url))
-            .await
-        {
-            Ok(Ok((ws, _))) => ws,
-            Ok(Err(e)) => return lost(format!("cannot connect to {}: {e}", self.url), false),
-            Err(_) => return lost(format!("connecting to {} timed out", self.url), false),
-        };
+        let ws: Ws =
+            match timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&self.url)).await {
+                Ok(Ok((ws, _))) => ws,
+                Ok(Err(e)) => return lost(format!("cannot connect to {}: {e}", self.url), false),
+                Err(_) => return lost(format!("connecting to {} timed out", self.url), false),
+            };
         let (mut sink, mut stream) = ws.split();
         let hello = ToHub::Hello(Hello {
             protocol: codec::VERSION,
@@ -258,7 +256,10 @@ impl Sender {
                 return lost(e.to_string(), true);
             }
         }
-        let mut acked = self.pending.front().map_or(self.next_seq - 1, |b| b.seq - 1);
+        let mut acked = self
+            .pending
+            .front()
+            .map_or(self.next_seq - 1, |b| b.seq - 1);
         let mut sent = acked;
         let mut finish_sent = false;
         let mut last_send = Instant::now();

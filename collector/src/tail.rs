@@ -114,9 +114,9 @@ impl Parser {
                      step,timestamp,loss,lr,...)"
                 ))
             })?;
-        let timestamp = columns.iter().position(|c| {
-            c.eq_ignore_ascii_case("timestamp") || c.eq_ignore_ascii_case("time")
-        });
+        let timestamp = columns
+            .iter()
+            .position(|c| c.eq_ignore_ascii_case("timestamp") || c.eq_ignore_ascii_case("time"));
         Ok(Parser {
             columns,
             step,
@@ -155,7 +155,9 @@ impl Parser {
                         .ok()
                         .filter(|t| t.is_finite())
                         .or_else(|| parse_datetime(c))
-                        .ok_or_else(|| format!("timestamp {c:?} is neither unix seconds nor a date"))?,
+                        .ok_or_else(|| {
+                            format!("timestamp {c:?} is neither unix seconds nor a date")
+                        })?,
                 )
             }
             _ => None,

@@ -12,7 +12,11 @@ fn record(step: i64) -> StepRecord {
     StepRecord {
         step,
         wall_time: 1_764_700_000.25 + step as f64,
-        values: vec![(MetricId(0), 2.5), (MetricId(1), f64::NAN), (MetricId(2), f64::INFINITY)],
+        values: vec![
+            (MetricId(0), 2.5),
+            (MetricId(1), f64::NAN),
+            (MetricId(2), f64::INFINITY),
+        ],
     }
 }
 
@@ -64,36 +68,64 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             "ToHub_DefineMetrics",
             ToHub::DefineMetrics(DefineMetrics {
                 metrics: vec![
-                    MetricDef { id: MetricId(0), name: "loss".into() },
-                    MetricDef { id: MetricId(1), name: "lr".into() },
+                    MetricDef {
+                        id: MetricId(0),
+                        name: "loss".into(),
+                    },
+                    MetricDef {
+                        id: MetricId(1),
+                        name: "lr".into(),
+                    },
                 ],
             })
             .encode(),
         ),
         (
             "ToHub_Batch",
-            ToHub::Batch(Batch { seq: 7, records: vec![record(1), record(2)] }).encode(),
+            ToHub::Batch(Batch {
+                seq: 7,
+                records: vec![record(1), record(2)],
+            })
+            .encode(),
         ),
-        ("ToHub_Heartbeat", ToHub::Heartbeat(Heartbeat { wall_time: 1_764_700_001.5 }).encode()),
+        (
+            "ToHub_Heartbeat",
+            ToHub::Heartbeat(Heartbeat {
+                wall_time: 1_764_700_001.5,
+            })
+            .encode(),
+        ),
         (
             "ToHub_Finish",
             ToHub::Finish(Finish {
-                status: FinishStatus::Failed { message: "CUDA OOM".into() },
+                status: FinishStatus::Failed {
+                    message: "CUDA OOM".into(),
+                },
                 wall_time: 1_764_700_002.0,
             })
             .encode(),
         ),
         (
             "FromHub_Welcome",
-            FromHub::Welcome(Welcome { run_id: run_id(), last_seq: 6, last_step: Some(120) })
-                .encode(),
+            FromHub::Welcome(Welcome {
+                run_id: run_id(),
+                last_seq: 6,
+                last_step: Some(120),
+            })
+            .encode(),
         ),
         ("FromHub_Ack", FromHub::Ack(Ack { through_seq: 7 }).encode()),
         (
             "FromHub_FinishAck",
-            FromHub::FinishAck(FinishAck { status: RunStatus::Failed }).encode(),
+            FromHub::FinishAck(FinishAck {
+                status: RunStatus::Failed,
+            })
+            .encode(),
         ),
-        ("FromHub_HubError", FromHub::HubError(hub_error.clone()).encode()),
+        (
+            "FromHub_HubError",
+            FromHub::HubError(hub_error.clone()).encode(),
+        ),
         (
             "FromViewer_Subscribe",
             FromViewer::Subscribe(Subscribe {
@@ -106,21 +138,35 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "FromViewer_Unsubscribe",
-            FromViewer::Unsubscribe(Unsubscribe { runs: vec![run_id()] }).encode(),
+            FromViewer::Unsubscribe(Unsubscribe {
+                runs: vec![run_id()],
+            })
+            .encode(),
         ),
         (
             "ToViewer_RunList",
-            ToViewer::RunList(RunList { runs: vec![summary()], now: 1_764_700_331.0 }).encode(),
+            ToViewer::RunList(RunList {
+                runs: vec![summary()],
+                now: 1_764_700_331.0,
+            })
+            .encode(),
         ),
         (
             "ToViewer_RunUpdate",
-            ToViewer::RunUpdate(RunUpdate { run: summary(), now: 1_764_700_331.0 }).encode(),
+            ToViewer::RunUpdate(RunUpdate {
+                run: summary(),
+                now: 1_764_700_331.0,
+            })
+            .encode(),
         ),
         (
             "ToViewer_Metrics",
             ToViewer::Metrics(Metrics {
                 run_id: run_id(),
-                metrics: vec![MetricDef { id: MetricId(0), name: "loss".into() }],
+                metrics: vec![MetricDef {
+                    id: MetricId(0),
+                    name: "loss".into(),
+                }],
             })
             .encode(),
         ),
@@ -141,7 +187,12 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "ToViewer_Live",
-            ToViewer::Live(Live { run_id: run_id(), seq: 7, records: vec![record(101)] }).encode(),
+            ToViewer::Live(Live {
+                run_id: run_id(),
+                seq: 7,
+                records: vec![record(101)],
+            })
+            .encode(),
         ),
         (
             "ToViewer_StatusChange",
@@ -192,7 +243,11 @@ fn golden_bytes() {
         let want = std::fs::read_to_string(&path)
             .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
         if got != want {
-            failures.push(format!("{name}:\n  golden: {}\n  now:    {}", want.trim(), got.trim()));
+            failures.push(format!(
+                "{name}:\n  golden: {}\n  now:    {}",
+                want.trim(),
+                got.trim()
+            ));
         }
     }
     assert!(
@@ -229,48 +284,79 @@ fn kinds_are_unique_across_directions() {
 
 #[test]
 fn bad_frames_are_errors_not_panics() {
-    let good = ToHub::Batch(Batch { seq: 1, records: vec![record(1)] }).encode();
+    let good = ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![record(1)],
+    })
+    .encode();
 
     assert_eq!(ToHub::decode(&good[..3]), Err(DecodeError::Truncated(3)));
 
     let mut bad_magic = good.clone();
     bad_magic[0] = b'X';
-    assert!(matches!(ToHub::decode(&bad_magic), Err(DecodeError::BadMagic(_))));
+    assert!(matches!(
+        ToHub::decode(&bad_magic),
+        Err(DecodeError::BadMagic(_))
+    ));
 
     let mut future = good.clone();
     future[2] = codec::VERSION + 1;
     assert_eq!(
         ToHub::decode(&future),
-        Err(DecodeError::UnsupportedVersion { got: codec::VERSION + 1, supported: codec::VERSION })
+        Err(DecodeError::UnsupportedVersion {
+            got: codec::VERSION + 1,
+            supported: codec::VERSION
+        })
     );
 
     let mut unknown = good.clone();
     unknown[3] = 0x0e;
-    assert!(matches!(ToHub::decode(&unknown), Err(DecodeError::UnexpectedKind { kind: 0x0e, .. })));
+    assert!(matches!(
+        ToHub::decode(&unknown),
+        Err(DecodeError::UnexpectedKind { kind: 0x0e, .. })
+    ));
 
     let mut trailing = good.clone();
     trailing.push(0);
-    assert!(matches!(ToHub::decode(&trailing), Err(DecodeError::Malformed { .. })));
+    assert!(matches!(
+        ToHub::decode(&trailing),
+        Err(DecodeError::Malformed { .. })
+    ));
 
     // Every prefix of a valid frame is refused cleanly.
     for len in 0..good.len() {
-        assert!(ToHub::decode(&good[..len]).is_err(), "prefix of {len} bytes decoded");
+        assert!(
+            ToHub::decode(&good[..len]).is_err(),
+            "prefix of {len} bytes decoded"
+        );
     }
 
     // A length prefix that claims a huge vector must not allocate it.
     let mut huge = good[..4].to_vec();
     huge.push(1); // seq
     huge.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]); // u64 len
-    assert!(matches!(ToHub::decode(&huge), Err(DecodeError::Malformed { .. })));
+    assert!(matches!(
+        ToHub::decode(&huge),
+        Err(DecodeError::Malformed { .. })
+    ));
 
     let oversized = vec![0u8; codec::MAX_FRAME_LEN + 1];
-    assert!(matches!(ToHub::decode(&oversized), Err(DecodeError::TooLarge(_))));
+    assert!(matches!(
+        ToHub::decode(&oversized),
+        Err(DecodeError::TooLarge(_))
+    ));
 }
 
 #[test]
 fn non_finite_values_survive_the_wire() {
-    let frame = ToHub::Batch(Batch { seq: 1, records: vec![record(3)] }).encode();
-    let ToHub::Batch(batch) = ToHub::decode(&frame).unwrap() else { panic!() };
+    let frame = ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![record(3)],
+    })
+    .encode();
+    let ToHub::Batch(batch) = ToHub::decode(&frame).unwrap() else {
+        panic!()
+    };
     let values = &batch.records[0].values;
     assert_eq!(values[0].1, 2.5);
     assert!(values[1].1.is_nan());

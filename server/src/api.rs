@@ -121,7 +121,10 @@ pub async fn run_detail(
     let (summary, metrics, config) = run.state(|st| {
         (
             st.summary(),
-            st.metrics.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+            st.metrics
+                .iter()
+                .map(|m| m.name.clone())
+                .collect::<Vec<_>>(),
             st.identity.config_json.clone(),
         )
     });
@@ -156,7 +159,9 @@ pub async fn series(
     })?;
     let budget = q.budget.unwrap_or(2000);
     if !(4..=1_000_000).contains(&budget) {
-        return Err(ApiError::BadRequest("budget must be between 4 and 1000000".into()));
+        return Err(ApiError::BadRequest(
+            "budget must be between 4 and 1000000".into(),
+        ));
     }
     let first = app.hub.store.first_step(run.key).await?.unwrap_or(0);
     let lo = q.from.unwrap_or(first);
@@ -226,13 +231,8 @@ pub async fn export_csv(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = find(&app, &id)?;
-    let (metrics, last_seq, started) = run.state(|st| {
-        (
-            st.metrics.clone(),
-            st.tail.last_seq,
-            st.identity.started_at,
-        )
-    });
+    let (metrics, last_seq, started) =
+        run.state(|st| (st.metrics.clone(), st.tail.last_seq, st.identity.started_at));
     let mut header_line = String::from("step,timestamp");
     for m in &metrics {
         header_line.push(',');
@@ -308,7 +308,8 @@ pub async fn export_config(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = find(&app, &id)?;
-    let (config, started) = run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
+    let (config, started) =
+        run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
     let name = format!("run_{}_config.json", utc_stamp(started));
     Ok((
         [

@@ -219,8 +219,12 @@ mod tests {
         // A live run seen at 30,000 steps and the finished run, asked for the same range
         // (the API keeps only the points inside it), give the same picture.
         let live = m4(&s[..30_000], &v[..30_000], 200, Some((0, 29_999)));
-        let (fs, fv): (Vec<i64>, Vec<f64>) =
-            s.iter().zip(&v).filter(|(&x, _)| x < 30_000).map(|(&x, &y)| (x, y)).unzip();
+        let (fs, fv): (Vec<i64>, Vec<f64>) = s
+            .iter()
+            .zip(&v)
+            .filter(|(&x, _)| x < 30_000)
+            .map(|(&x, &y)| (x, y))
+            .unzip();
         let done = m4(&fs, &fv, 200, Some((0, 29_999)));
         assert_eq!(live.0, done.0);
         assert_eq!(live.1, done.1);

@@ -200,7 +200,11 @@ impl Hub {
 
     pub fn run_list(&self) -> RunList {
         RunList {
-            runs: self.runs().iter().map(|r| r.state(RunState::summary)).collect(),
+            runs: self
+                .runs()
+                .iter()
+                .map(|r| r.state(RunState::summary))
+                .collect(),
             now: unix_now(),
         }
     }
@@ -285,11 +289,7 @@ impl Hub {
         Ok(run)
     }
 
-    pub async fn define_metrics(
-        &self,
-        run: &Run,
-        defs: Vec<MetricDef>,
-    ) -> Result<(), IngestError> {
+    pub async fn define_metrics(&self, run: &Run, defs: Vec<MetricDef>) -> Result<(), IngestError> {
         let _guard = run.ingest.lock().await;
         let fresh = run.state(|st| -> Result<Vec<MetricDef>, IngestError> {
             let mut fresh: Vec<MetricDef> = Vec::new();

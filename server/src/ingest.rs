@@ -124,8 +124,13 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         .open_run(hello.run)
         .await
         .map_err(|e| fatal(ErrorCode::Storage, e.to_string()))?;
-    let (run_id, last_seq, last_step) =
-        run.state(|st| (st.identity.run_id.clone(), st.tail.last_seq, st.tail.last_step));
+    let (run_id, last_seq, last_step) = run.state(|st| {
+        (
+            st.identity.run_id.clone(),
+            st.tail.last_seq,
+            st.tail.last_step,
+        )
+    });
     tracing::info!(run = %run_id, last_seq, "collector connected");
     if !conn
         .send(FromHub::Welcome(Welcome {

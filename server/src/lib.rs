@@ -50,9 +50,11 @@ pub struct AppState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("refusing to listen on {0} without tokens: set a write token and a read token \
+    #[error(
+        "refusing to listen on {0} without tokens: set a write token and a read token \
              (--write-token/--read-token or STEPSTREAM_WRITE_TOKEN/STEPSTREAM_READ_TOKEN), \
-             or pass --insecure-no-auth if this network is trusted")]
+             or pass --insecure-no-auth if this network is trusted"
+    )]
     OpenBeyondLoopback(SocketAddr),
     #[error("cannot open the database {path}: {source}")]
     Store {
@@ -122,12 +124,11 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
     {
         return Err(ServeError::OpenBeyondLoopback(settings.bind));
     }
-    let (store, runs) = store::Store::open(&settings.db, settings.fsync).map_err(|source| {
-        ServeError::Store {
+    let (store, runs) =
+        store::Store::open(&settings.db, settings.fsync).map_err(|source| ServeError::Store {
             path: settings.db.clone(),
             source,
-        }
-    })?;
+        })?;
     tracing::info!(db = %settings.db.display(), runs = runs.len(), "database open");
     let stale_after_s = settings.policy.stale_after.as_secs_f64();
     let hub = Hub::new(store, runs, settings.policy.clone());
@@ -144,7 +145,8 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         stale_after_s,
     };
     let ticker = hub.clone();
-    let period = (settings.policy.stale_after / 10).clamp(Duration::from_millis(100), Duration::from_millis(500));
+    let period = (settings.policy.stale_after / 10)
+        .clamp(Duration::from_millis(100), Duration::from_millis(500));
     tokio::spawn(async move {
         let mut every = tokio::time::interval(period);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

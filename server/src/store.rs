@@ -314,10 +314,8 @@ impl Store {
                 let seq = row.get::<_, i64>(0)? as u64;
                 let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
                 records.clear();
-                decode_records(blob, &mut records).ok_or(StoreError::Corrupt {
-                    run_key: key,
-                    seq,
-                })?;
+                decode_records(blob, &mut records)
+                    .ok_or(StoreError::Corrupt { run_key: key, seq })?;
                 if f(&mut state, seq, &records).is_break() {
                     break;
                 }
@@ -342,7 +340,9 @@ impl Store {
     pub async fn config(&self, key: RunKey) -> Result<Option<String>> {
         self.read(move |conn| {
             Ok(conn
-                .query_row("SELECT config FROM runs WHERE key = ?1", [key], |r| r.get(0))
+                .query_row("SELECT config FROM runs WHERE key = ?1", [key], |r| {
+                    r.get(0)
+                })
                 .optional()?)
         })
         .await
@@ -705,7 +705,10 @@ mod tests {
             for seq in 1..=3u64 {
                 let records: Arc<[StepRecord]> = vec![rec(seq as i64, seq as f64)].into();
                 tail = tail.after(seq, &records);
-                store.append_batch(key, seq, records, tail.clone()).await.unwrap();
+                store
+                    .append_batch(key, seq, records, tail.clone())
+                    .await
+                    .unwrap();
             }
             // A resent batch is ignored by the primary key and leaves the tail alone.
             let again: Arc<[StepRecord]> = vec![rec(99, 99.0)].into();

@@ -325,23 +325,35 @@ async fn backfill(
     let sent = if after >= through {
         out.send(finish(Vec::new(), false)).await.is_ok()
     } else if let Some(budget) = budget {
-        let lo = hub.store.first_step(run.key).await.ok().flatten().unwrap_or(0);
+        let lo = hub
+            .store
+            .first_step(run.key)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
         let lo = filter.from_step.map_or(lo, |from| from.max(lo));
         let range = (lo, last_step.unwrap_or(lo).max(lo));
         let filter = filter.clone();
         let scanned = hub
             .store
-            .scan(run.key, after, through, BTreeMap::new(), move |per_metric, _, records| {
-                for r in records.iter().filter(|r| filter.step_ok(r.step)) {
-                    for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
-                        per_metric
-                            .entry(id)
-                            .or_insert_with(|| Budgeted::new(budget, range))
-                            .push(r.step, v);
+            .scan(
+                run.key,
+                after,
+                through,
+                BTreeMap::new(),
+                move |per_metric, _, records| {
+                    for r in records.iter().filter(|r| filter.step_ok(r.step)) {
+                        for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
+                            per_metric
+                                .entry(id)
+                                .or_insert_with(|| Budgeted::new(budget, range))
+                                .push(r.step, v);
+                        }
                     }
-                }
-                ControlFlow::Continue(())
-            })
+                    ControlFlow::Continue(())
+                },
+            )
             .await;
         match scanned {
             Ok(per_metric) => {
@@ -371,23 +383,29 @@ async fn backfill(
         let id = run_id.clone();
         let scanned = hub
             .store
-            .scan(run.key, after, through, Chunk::default(), move |chunk, seq, records| {
-                chunk.add(&filter, records);
-                let last = seq == through;
-                if chunk.values >= CHUNK_VALUES || last {
-                    let msg = ToViewer::Backfill(Backfill {
-                        run_id: id.clone(),
-                        through_seq: through,
-                        downsampled: false,
-                        series: chunk.take(),
-                        done: last,
-                    });
-                    if tx.blocking_send(frame(msg)).is_err() {
-                        return ControlFlow::Break(());
+            .scan(
+                run.key,
+                after,
+                through,
+                Chunk::default(),
+                move |chunk, seq, records| {
+                    chunk.add(&filter, records);
+                    let last = seq == through;
+                    if chunk.values >= CHUNK_VALUES || last {
+                        let msg = ToViewer::Backfill(Backfill {
+                            run_id: id.clone(),
+                            through_seq: through,
+                            downsampled: false,
+                            series: chunk.take(),
+                            done: last,
+                        });
+                        if tx.blocking_send(frame(msg)).is_err() {
+                            return ControlFlow::Break(());
+                        }
                     }
-                }
-                ControlFlow::Continue(())
-            })
+                    ControlFlow::Continue(())
+                },
+            )
             .await;
         match scanned {
             Ok(_) => true,

@@ -1,0 +1,510 @@
+//! The hub end to end: fan-out exactly once, durability across SIGKILL, downsampling,
+//! run status, tokens and bad input.
+
+use crate::util::*;
+use std::time::Duration;
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::*;
+
+const STEPS: i64 = 10_000;
+
+fn loss(step: i64, salt: f64) -> f64 {
+    salt + 1.0 / (1.0 + step as f64 * 0.01)
+}
+
+/// Logs `STEPS` steps, pausing now and then so the run streams for a while.
+fn stream_run(hub: String, name: &'static str, salt: f64) -> (RunId, stepstream_collector::Report) {
+    let run = Collector::start(Options::new(&hub, "tests", name)).unwrap();
+    let id = run.run_id().clone();
+    let thread = std::thread::spawn(move || {
+        for step in 0..STEPS {
+            run.log(
+                step,
+                &[
+                    ("loss", loss(step, salt)),
+                    ("lr", 1e-3),
+                    ("grad_norm", salt),
+                ],
+            );
+            if step % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        run.finish(Outcome::Finished)
+    });
+    (id, thread.join().unwrap())
+}
+
+#[test]
+fn late_viewer_gets_every_point_of_two_runs_exactly_once() {
+    let hub = Hub::start(&[]);
+    let a = std::thread::spawn({
+        let ws = hub.ws();
+        move || stream_run(ws, "a", 0.0)
+    });
+    let b = std::thread::spawn({
+        let ws = hub.ws();
+        move || stream_run(ws, "b", 10.0)
+    });
+    // Subscribe mid-way: once both runs are a few thousand steps in, and still running.
+    let ids: Vec<RunId> = wait_for("both runs mid-way", Duration::from_secs(60), || {
+        let runs = hub.json("/api/runs");
+        let runs = runs["runs"].as_array()?;
+        let mid: Vec<RunId> = runs
+            .iter()
+            .filter(|r| r["last_step"].as_i64().unwrap_or(0) >= 2_000)
+            .map(|r| RunId::new(r["run_id"].as_str().unwrap()).unwrap())
+            .collect();
+        (mid.len() == 2).then_some(mid)
+    });
+    let mut viewer = Viewer::connect(&hub);
+    viewer.subscribe(&ids, None);
+    let complete = viewer.pump(Duration::from_secs(120), |v| {
+        ids.iter().all(|id| {
+            v.runs.get(id).is_some_and(|s| {
+                s.backfill_done
+                    && s.count("loss") == STEPS as usize
+                    && s.count("lr") == STEPS as usize
+            })
+        })
+    });
+    let (a_id, a_report) = a.join().unwrap();
+    let (b_id, b_report) = b.join().unwrap();
+    assert!(
+        a_report.delivered && b_report.delivered,
+        "{a_report:?} {b_report:?}"
+    );
+    assert!(complete, "viewer did not get every point");
+    for (id, salt) in [(&a_id, 0.0), (&b_id, 10.0)] {
+        let seen = &viewer.runs[id];
+        assert!(
+            seen.live_batches > 0,
+            "the viewer saw no live batch: it subscribed too late"
+        );
+        for metric in ["loss", "lr", "grad_norm"] {
+            assert_eq!(seen.count(metric), STEPS as usize, "{metric}");
+            assert!(seen.duplicates(metric).is_empty(), "{metric} duplicated");
+        }
+        for (&step, &(_, v)) in &seen.points["loss"] {
+            assert_eq!(v, loss(step, salt), "run {id} step {step}");
+        }
+    }
+}
+
+#[test]
+fn sigkill_mid_stream_loses_nothing_and_doubles_nothing() {
+    let mut hub = Hub::start(&[]);
+    let a = std::thread::spawn({
+        let ws = hub.ws();
+        move || stream_run(ws, "a", 0.0)
+    });
+    let b = std::thread::spawn({
+        let ws = hub.ws();
+        move || stream_run(ws, "b", 5.0)
+    });
+    wait_for("the runs to be a third in", Duration::from_secs(60), || {
+        let runs = hub.json("/api/runs");
+        let n = runs["runs"]
+            .as_array()?
+            .iter()
+            .filter(|r| r["last_step"].as_i64().unwrap_or(0) >= STEPS / 3)
+            .count();
+        (n == 2).then_some(())
+    });
+    hub.kill9();
+    std::thread::sleep(Duration::from_millis(700));
+    hub.restart();
+    let (a_id, a_report) = a.join().unwrap();
+    let (b_id, b_report) = b.join().unwrap();
+    assert!(
+        a_report.delivered && b_report.delivered,
+        "{a_report:?} {b_report:?}"
+    );
+    assert_eq!(a_report.acked, STEPS as u64);
+
+    for (id, salt) in [(a_id, 0.0), (b_id, 5.0)] {
+        let run = hub.run_json(id.as_str()).unwrap();
+        assert_eq!(run["status"], "finished");
+        assert_eq!(run["records"], STEPS);
+        let csv = hub.get(&format!("/api/runs/{id}/metrics.csv"));
+        assert_eq!(csv.status, 200);
+        let name = &csv.headers["content-disposition"];
+        assert!(
+            name.contains("run_") && name.contains("_metrics.csv"),
+            "{name}"
+        );
+        let (header, rows) = parse_csv(&csv.text());
+        assert_eq!(header, ["step", "timestamp", "loss", "lr", "grad_norm"]);
+        let steps: Vec<i64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+        assert_eq!(
+            steps,
+            (0..STEPS).collect::<Vec<_>>(),
+            "every step once, in order"
+        );
+        for r in &rows {
+            let step: i64 = r[0].parse().unwrap();
+            assert_eq!(r[2].parse::<f64>().unwrap(), loss(step, salt));
+        }
+    }
+    // The restarted hub serves the runs as before.
+    hub.restart();
+    assert_eq!(hub.json("/api/runs")["runs"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn downsampled_series_keeps_the_spike() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "tests", "spike")).unwrap();
+    let id = run.run_id().clone();
+    let spike_at = 73_456;
+    for step in 0..100_000i64 {
+        let noise = ((step * 7919) % 1000) as f64 * 1e-4;
+        let loss = if step == spike_at {
+            40.0
+        } else {
+            2.0 - step as f64 * 1e-5 + noise
+        };
+        run.log(step, &[("loss", loss)]);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+
+    let s = hub.json(&format!("/api/runs/{id}/series?metric=loss&budget=500"));
+    assert_eq!(s["total_points"], 100_000);
+    assert_eq!(s["downsampled"], true);
+    let steps: Vec<i64> = s["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let values: Vec<f64> = s["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(steps.len() <= 500, "{} points", steps.len());
+    let i = steps
+        .iter()
+        .position(|&x| x == spike_at)
+        .expect("spike step kept");
+    assert_eq!(values[i], 40.0);
+    assert_eq!((steps[0], *steps.last().unwrap()), (0, 99_999));
+    // Deterministic: asking again gives the same answer.
+    assert_eq!(
+        s,
+        hub.json(&format!("/api/runs/{id}/series?metric=loss&budget=500"))
+    );
+    // A step range zooms in.
+    let z = hub.json(&format!(
+        "/api/runs/{id}/series?metric=loss&from=73000&to=74000&budget=5000"
+    ));
+    assert_eq!(z["total_points"], 1001);
+    assert_eq!(z["downsampled"], false);
+
+    // The viewer's budgeted backfill shows it too.
+    let mut viewer = Viewer::connect(&hub);
+    viewer.subscribe(&[id.clone()], Some(400));
+    assert!(viewer.pump(Duration::from_secs(30), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.backfill_done)));
+    let seen = &viewer.runs[&id];
+    assert!(seen.count("loss") <= 400);
+    assert_eq!(seen.points["loss"][&spike_at].1, 40.0);
+}
+
+#[test]
+fn a_slow_viewer_is_resynchronised_and_still_gets_everything_once() {
+    let hub = Hub::start(&[]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("flood", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    let names: Vec<MetricDef> = (0..10)
+        .map(|i| MetricDef {
+            id: MetricId(i),
+            name: format!("m{i}"),
+        })
+        .collect();
+    c.send(ToHub::DefineMetrics(DefineMetrics { metrics: names }));
+    let id = RunId::new("flood").unwrap();
+
+    let mut viewer = Viewer::connect(&hub);
+    viewer.subscribe(&[id.clone()], None);
+    assert!(viewer.pump(Duration::from_secs(10), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.backfill_done)));
+
+    // The viewer stops reading while ~40 MB of live batches pass.
+    let batches = 2_000u64;
+    let per_batch = 100i64;
+    for seq in 1..=batches {
+        let records = (0..per_batch)
+            .map(|i| {
+                let step = (seq as i64 - 1) * per_batch + i;
+                StepRecord {
+                    step,
+                    wall_time: unix_now(),
+                    values: (0..10)
+                        .map(|m| (MetricId(m), step as f64 + m as f64))
+                        .collect(),
+                }
+            })
+            .collect();
+        c.send(ToHub::Batch(Batch { seq, records }));
+    }
+    let mut acked = 0;
+    while acked < batches {
+        match c.recv() {
+            Some(FromHub::Ack(a)) => acked = a.through_seq,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let total = (batches as i64 * per_batch) as usize;
+    assert!(
+        viewer.pump(Duration::from_secs(60), |v| v.runs[&id].count("m9")
+            == total)
+    );
+    let seen = &viewer.runs[&id];
+    assert!(
+        seen.resyncs > 0,
+        "the viewer never lagged; make the flood larger"
+    );
+    for m in 0..10 {
+        let name = format!("m{m}");
+        assert_eq!(seen.count(&name), total);
+        assert!(seen.duplicates(&name).is_empty());
+    }
+}
+
+#[test]
+fn run_status_goes_stale_and_comes_back() {
+    let hub = Hub::start(&["--stale-after", "1", "--fail-after", "3"]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("quiet", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    let status = |hub: &Hub| {
+        hub.run_json("quiet").unwrap()["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status(&hub), "running");
+    wait_for("stale", Duration::from_secs(10), || {
+        (status(&hub) == "stale").then_some(())
+    });
+    let detail = hub.run_json("quiet").unwrap();
+    assert_eq!(detail["training"], false);
+    assert!(detail["status_message"]
+        .as_str()
+        .unwrap()
+        .contains("no data"));
+    c.send(ToHub::Heartbeat(Heartbeat {
+        wall_time: unix_now(),
+    }));
+    wait_for("running again", Duration::from_secs(10), || {
+        (status(&hub) == "running").then_some(())
+    });
+    // Silence long enough is judged a dead process.
+    wait_for("failed", Duration::from_secs(15), || {
+        (status(&hub) == "failed").then_some(())
+    });
+    // Its collector comes back: running again, not failed forever.
+    let mut again = RawCollector::connect(&hub);
+    again.send(hello("quiet", None));
+    assert!(matches!(again.recv(), Some(FromHub::Welcome(_))));
+    assert_eq!(status(&hub), "running");
+}
+
+#[test]
+fn bad_frames_get_clear_errors_and_lose_nothing_accepted() {
+    let hub = Hub::start(&[]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("bad", None));
+    let Some(FromHub::Welcome(w)) = c.recv() else {
+        panic!()
+    };
+    assert_eq!(w.last_seq, 0);
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    let rec = |step| StepRecord {
+        step,
+        wall_time: unix_now(),
+        values: vec![(MetricId(0), f64::NAN)],
+    };
+    c.send(ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![rec(1)],
+    }));
+    assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
+    // A resend of an acknowledged batch is acknowledged and ignored.
+    c.send(ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![rec(1)],
+    }));
+    assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
+    // Garbage: a clear fatal error.
+    c.send_bytes(b"definitely not a frame".to_vec());
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert_eq!(e.code, ErrorCode::BadFrame);
+    assert!(
+        e.fatal && e.message.contains("not a stepstream frame"),
+        "{e:?}"
+    );
+    assert_eq!(c.recv(), None, "closed after a fatal error");
+
+    // A future wire version.
+    let mut c = RawCollector::connect(&hub);
+    let mut frame = hello("bad", None).encode();
+    frame[2] = codec::VERSION + 1;
+    c.send_bytes(frame);
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert_eq!(e.code, ErrorCode::UnsupportedVersion);
+
+    // A skipped sequence number and an undefined metric are refused with reasons.
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("bad", None));
+    let Some(FromHub::Welcome(w)) = c.recv() else {
+        panic!()
+    };
+    assert_eq!(w.last_seq, 1, "what was accepted before is still there");
+    c.send(ToHub::Batch(Batch {
+        seq: 5,
+        records: vec![rec(5)],
+    }));
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert!(e.message.contains("must not skip"), "{e:?}");
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("bad", None));
+    c.recv();
+    let stray = StepRecord {
+        step: 2,
+        wall_time: 0.0,
+        values: vec![(MetricId(9), 1.0)],
+    };
+    c.send(ToHub::Batch(Batch {
+        seq: 2,
+        records: vec![stray],
+    }));
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert!(e.message.contains("never defined"), "{e:?}");
+
+    // Something too large for the protocol.
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("bad", None));
+    c.recv();
+    let mut huge = ToHub::Heartbeat(Heartbeat { wall_time: 0.0 }).encode();
+    huge.resize(codec::MAX_FRAME_LEN + 10, 0);
+    c.send_bytes(huge);
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert!(e.message.contains("exceeds"), "{e:?}");
+
+    // The one accepted point is intact, NaN and all.
+    let s = hub.json("/api/runs/bad/series?metric=loss");
+    assert_eq!(s["values"], serde_json::json!(["NaN"]));
+    // Unknown runs and metrics are 404 with a reason.
+    let r = hub.get("/api/runs/nope");
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("unknown run"));
+    assert_eq!(hub.get("/api/runs/bad/series?metric=nope").status, 404);
+}
+
+#[test]
+fn tokens_guard_writes_and_reads() {
+    // Beyond loopback without tokens, the hub refuses to start.
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--bind", "0.0.0.0:0", "--db"])
+        .arg(tempfile::tempdir().unwrap().path().join("x.db"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without tokens"));
+
+    let hub = Hub::start(&["--write-token", "w-secret", "--read-token", "r-secret"]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("guarded", Some("wrong")));
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!()
+    };
+    assert_eq!(e.code, ErrorCode::Unauthorized);
+
+    let mut opts = Options::new(&hub.ws(), "tests", "guarded");
+    opts.token = Some("w-secret".into());
+    let run = Collector::start(opts).unwrap();
+    run.log(1, &[("loss", 1.0)]);
+    let id = run.run_id().clone();
+    assert!(run.finish(Outcome::Failed("diverged".into())).delivered);
+
+    assert_eq!(http_get(&hub.addr(), "/api/runs", None).status, 401);
+    assert_eq!(
+        http_get(&hub.addr(), "/api/runs", Some("wrong")).status,
+        401
+    );
+    let ok = http_get(&hub.addr(), &format!("/api/runs/{id}"), Some("r-secret"));
+    assert_eq!(ok.status, 200);
+    let run: serde_json::Value = serde_json::from_slice(&ok.body).unwrap();
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["status_message"], "diverged");
+    assert_eq!(
+        http_get(
+            &hub.addr(),
+            &format!("/api/runs/{id}/config.json?token=r-secret"),
+            None
+        )
+        .status,
+        200
+    );
+}
+
+#[test]
+fn collector_started_before_the_hub_delivers_everything() {
+    let port = free_port();
+    let run = Collector::start(Options::new(
+        &format!("ws://127.0.0.1:{port}"),
+        "tests",
+        "early",
+    ))
+    .unwrap();
+    let id = run.run_id().clone();
+    for step in 0..500 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(dir.path().join("hub.db"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for step in 500..1000 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    let report = run.finish(Outcome::Finished);
+    let detail = http_get(
+        &format!("127.0.0.1:{port}"),
+        &format!("/api/runs/{id}"),
+        None,
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(report.delivered, "{report:?}");
+    let detail: serde_json::Value = serde_json::from_slice(&detail.body).unwrap();
+    assert_eq!(detail["records"], 1000);
+    assert_eq!(detail["last_step"], 999);
+}

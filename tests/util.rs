@@ -1,0 +1,445 @@
+//! The harness: the real `stepstream` binary in a temp dir, a tiny HTTP client, and a viewer
+//! that speaks the protocol over a real WebSocket.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use stepstream_protocol::*;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stepstream");
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `stepstream serve` process.
+pub struct Hub {
+    pub port: u16,
+    pub db: PathBuf,
+    pub args: Vec<String>,
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Hub {
+    pub fn start(extra: &[&str]) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hub = Hub {
+            port: free_port(),
+            db: dir.path().join("hub.db"),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            dir,
+        };
+        hub.spawn();
+        hub
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--bind", &format!("127.0.0.1:{}", self.port)])
+            .arg("--db")
+            .arg(&self.db)
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start stepstream serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("listening on"), "hub said {line:?}");
+        self.child = Some(child);
+    }
+
+    pub fn ws(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL: no chance to flush or say goodbye.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        http_get(&self.addr(), path, None)
+    }
+
+    pub fn json(&self, path: &str) -> serde_json::Value {
+        let r = self.get(path);
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        serde_json::from_slice(&r.body).unwrap()
+    }
+
+    pub fn run_json(&self, run_id: &str) -> Option<serde_json::Value> {
+        let r = self.get(&format!("/api/runs/{run_id}"));
+        (r.status == 200).then(|| serde_json::from_slice(&r.body).unwrap())
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// HTTP/1.1 GET with `Connection: close`; decodes chunked bodies.
+pub fn http_get(addr: &str, path: &str, bearer: Option<&str>) -> Response {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: HashMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .get("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap().trim(), 16)
+                .unwrap();
+            rest = &rest[eol + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        body = out;
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Parses the hub's CSV export into (header, rows).
+pub fn parse_csv(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut lines = text.lines();
+    let header = lines.next().unwrap().split(',').map(String::from).collect();
+    let rows = lines
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect();
+    (header, rows)
+}
+
+/// What a viewer has received for one run.
+#[derive(Default, Debug)]
+pub struct Seen {
+    pub names: HashMap<MetricId, String>,
+    /// metric name -> step -> how many times a point for that step arrived, and its value.
+    pub points: BTreeMap<String, BTreeMap<i64, (u32, f64)>>,
+    pub backfill_done: bool,
+    pub live_batches: u64,
+    pub resyncs: u64,
+    pub status: Option<RunStatus>,
+    pub through_seq: u64,
+}
+
+impl Seen {
+    fn add(&mut self, id: MetricId, step: i64, value: f64) {
+        let name = self
+            .names
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("#{}", id.0));
+        let e = self
+            .points
+            .entry(name)
+            .or_default()
+            .entry(step)
+            .or_insert((0, value));
+        e.0 += 1;
+        e.1 = value;
+    }
+
+    pub fn count(&self, metric: &str) -> usize {
+        self.points.get(metric).map_or(0, |m| m.len())
+    }
+
+    /// Steps that arrived more than once.
+    pub fn duplicates(&self, metric: &str) -> Vec<i64> {
+        self.points
+            .get(metric)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, (n, _))| *n > 1)
+                    .map(|(s, _)| *s)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A protocol-speaking viewer on its own thread and runtime.
+pub struct Viewer {
+    rt: tokio::runtime::Runtime,
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    pub runs: HashMap<RunId, Seen>,
+    pub run_list: Vec<RunSummary>,
+    pub errors: Vec<HubError>,
+}
+
+impl Viewer {
+    pub fn connect(hub: &Hub) -> Viewer {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = format!("ws://127.0.0.1:{}/ws/viewer", hub.port);
+        let (ws, _) = rt.block_on(tokio_tungstenite::connect_async(url)).unwrap();
+        Viewer {
+            rt,
+            ws,
+            runs: HashMap::new(),
+            run_list: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, msg: FromViewer) {
+        use futures_util::SinkExt;
+        let frame = tokio_tungstenite::tungstenite::Message::Binary(msg.encode().into());
+        self.rt.block_on(self.ws.send(frame)).unwrap();
+    }
+
+    pub fn subscribe(&mut self, runs: &[RunId], budget: Option<u32>) {
+        self.send(FromViewer::Subscribe(Subscribe {
+            runs: runs.to_vec(),
+            metrics: None,
+            from_step: None,
+            budget,
+        }));
+    }
+
+    /// Reads frames until `done` holds or `limit` passes; returns whether `done` held.
+    pub fn pump(&mut self, limit: Duration, mut done: impl FnMut(&Viewer) -> bool) -> bool {
+        use futures_util::StreamExt;
+        let deadline = Instant::now() + limit;
+        while !done(self) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let ws = &mut self.ws;
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, ws.next()).await });
+            let msg = match next {
+                Err(_) => return done(self),
+                Ok(None) => return done(self),
+                Ok(Some(m)) => m.unwrap(),
+            };
+            let tokio_tungstenite::tungstenite::Message::Binary(bytes) = msg else {
+                continue;
+            };
+            self.apply(ToViewer::decode(&bytes).expect("hub frames decode"));
+        }
+        true
+    }
+
+    fn apply(&mut self, msg: ToViewer) {
+        match msg {
+            ToViewer::RunList(l) => self.run_list = l.runs,
+            ToViewer::RunUpdate(u) => {
+                self.run_list.retain(|r| r.run_id != u.run.run_id);
+                self.run_list.push(u.run);
+            }
+            ToViewer::Metrics(m) => {
+                let seen = self.runs.entry(m.run_id).or_default();
+                for d in m.metrics {
+                    seen.names.insert(d.id, d.name);
+                }
+            }
+            ToViewer::Backfill(b) => {
+                let seen = self.runs.entry(b.run_id).or_default();
+                for s in &b.series {
+                    for (&step, &v) in s.steps.iter().zip(&s.values) {
+                        seen.add(s.metric, step, v);
+                    }
+                }
+                seen.through_seq = b.through_seq;
+                if b.done {
+                    seen.backfill_done = true;
+                }
+            }
+            ToViewer::Live(l) => {
+                let seen = self.runs.entry(l.run_id).or_default();
+                assert!(
+                    l.seq > seen.through_seq,
+                    "live batch {} at or below what the viewer holds ({})",
+                    l.seq,
+                    seen.through_seq
+                );
+                seen.through_seq = l.seq;
+                seen.live_batches += 1;
+                for r in &l.records {
+                    for &(id, v) in &r.values {
+                        seen.add(id, r.step, v);
+                    }
+                }
+            }
+            ToViewer::StatusChange(c) => {
+                self.runs.entry(c.run_id).or_default().status = Some(c.status)
+            }
+            ToViewer::Resync(r) => self.runs.entry(r.run_id).or_default().resyncs += 1,
+            ToViewer::HubError(e) => self.errors.push(e),
+        }
+    }
+}
+
+/// A raw collector connection, for sending frames the library never would.
+pub struct RawCollector {
+    rt: tokio::runtime::Runtime,
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl RawCollector {
+    pub fn connect(hub: &Hub) -> RawCollector {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = format!("ws://127.0.0.1:{}/ws/collector", hub.port);
+        let (ws, _) = rt.block_on(tokio_tungstenite::connect_async(url)).unwrap();
+        RawCollector { rt, ws }
+    }
+
+    pub fn send_bytes(&mut self, bytes: Vec<u8>) {
+        use futures_util::SinkExt;
+        let frame = tokio_tungstenite::tungstenite::Message::Binary(bytes.into());
+        // The hub may already have closed after a fatal error; that is fine here.
+        let _ = self.rt.block_on(self.ws.send(frame));
+    }
+
+    pub fn send(&mut self, msg: ToHub) {
+        self.send_bytes(msg.encode());
+    }
+
+    /// The next hub frame, or `None` when the hub closed the socket.
+    pub fn recv(&mut self) -> Option<FromHub> {
+        use futures_util::StreamExt;
+        loop {
+            let ws = &mut self.ws;
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(Duration::from_secs(10), ws.next()).await })
+                .expect("hub answers within 10 s")?;
+            match next {
+                Ok(tokio_tungstenite::tungstenite::Message::Binary(b)) => {
+                    return Some(FromHub::decode(&b).expect("hub frames decode"))
+                }
+                Ok(tokio_tungstenite::tungstenite::Message::Close(_)) | Err(_) => return None,
+                Ok(_) => continue,
+            }
+        }
+    }
+}
+
+pub fn identity(run_id: &str, name: &str) -> RunIdentity {
+    RunIdentity {
+        run_id: RunId::new(run_id).unwrap(),
+        project: "tests".into(),
+        name: name.into(),
+        config_json: "{}".into(),
+        host: "test".into(),
+        rank: 0,
+        world_size: 1,
+        started_at: unix_now(),
+    }
+}
+
+pub fn hello(run_id: &str, token: Option<&str>) -> ToHub {
+    ToHub::Hello(Hello {
+        protocol: codec::VERSION,
+        token: token.map(String::from),
+        run: identity(run_id, run_id),
+    })
+}
+
+/// Writes `text` to `path` and flushes it to the OS.
+pub fn append(path: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f.flush().unwrap();
+}
