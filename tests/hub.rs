@@ -204,7 +204,7 @@ fn downsampled_series_keeps_the_spike() {
 
     // The viewer's budgeted backfill shows it too.
     let mut viewer = Viewer::connect(&hub);
-    viewer.subscribe(&[id.clone()], Some(400));
+    viewer.subscribe(std::slice::from_ref(&id), Some(400));
     assert!(viewer.pump(Duration::from_secs(30), |v| v
         .runs
         .get(&id)
@@ -230,7 +230,7 @@ fn a_slow_viewer_is_resynchronised_and_still_gets_everything_once() {
     let id = RunId::new("flood").unwrap();
 
     let mut viewer = Viewer::connect(&hub);
-    viewer.subscribe(&[id.clone()], None);
+    viewer.subscribe(std::slice::from_ref(&id), None);
     assert!(viewer.pump(Duration::from_secs(10), |v| v
         .runs
         .get(&id)

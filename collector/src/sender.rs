@@ -290,11 +290,10 @@ impl Sender {
                 sent = b.seq;
                 wrote = true;
             }
-            if self.finish.is_some() && self.pending.is_empty() && self.building.is_empty() {
-                if !finish_sent {
-                    let status = self.finish.as_ref().expect("checked").0.clone();
+            if let Some((status, _)) = &self.finish {
+                if !finish_sent && self.pending.is_empty() && self.building.is_empty() {
                     let msg = ToHub::Finish(Finish {
-                        status,
+                        status: status.clone(),
                         wall_time: unix_now(),
                     });
                     if let Err(e) = sink.feed(binary(msg)).await {

@@ -1,1 +1,233 @@
-fn main() {}
+//! `stepstream-loadgen`: measures a real hub.
+//!
+//! * ingest: several collectors (the real library) log records of 10 metrics as fast as they
+//!   can; reports step records per second until the hub acknowledged every one.
+//! * latency: one collector logs at a fixed rate while a viewer is subscribed; reports the
+//!   time from `log` to the viewer receiving the point (p50/p99), on one clock.
+//!
+//! It starts its own hub (the `stepstream` binary beside it, on a temporary database)
+//! unless `--hub` names one.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use futures_util::{SinkExt, StreamExt};
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::{unix_now, FromViewer, Subscribe, ToViewer};
+
+#[derive(Parser)]
+#[command(about = "Load generator for a stepstream hub")]
+struct Args {
+    /// An existing hub (ws://HOST:PORT); by default a fresh one is started.
+    #[arg(long)]
+    hub: Option<String>,
+    /// Concurrent collectors in the ingest test.
+    #[arg(long, default_value_t = 2)]
+    collectors: usize,
+    /// Records each collector sends in the ingest test.
+    #[arg(long, default_value_t = 500_000)]
+    records: i64,
+    /// Steps per second in the latency test.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Seconds the latency test runs.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+}
+
+const METRICS: [&str; 10] = [
+    "loss",
+    "lr",
+    "grad_norm",
+    "samples_per_sec",
+    "tokens_per_sec",
+    "ppl",
+    "loss_scale",
+    "step_time",
+    "data_wait",
+    "mem_gb",
+];
+
+struct OwnHub {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Drop for OwnHub {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_hub() -> Result<OwnHub> {
+    let exe = std::env::current_exe()?;
+    let bin = exe.with_file_name("stepstream");
+    let dir = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = std::process::Command::new(&bin)
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(dir.path().join("hub.db"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().context("hub stdout")?).read_line(&mut line)?;
+    if !line.contains("listening") {
+        bail!("the hub did not start: {line:?}");
+    }
+    Ok(OwnHub {
+        child,
+        _dir: dir,
+        url: format!("ws://127.0.0.1:{port}"),
+    })
+}
+
+fn values(step: i64) -> Vec<(&'static str, f64)> {
+    METRICS
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| (m, step as f64 * 1e-3 + i as f64))
+        .collect()
+}
+
+fn ingest(hub: &str, collectors: usize, records: i64) -> Result<()> {
+    println!(
+        "ingest: {collectors} collectors x {records} records x {} metrics",
+        METRICS.len()
+    );
+    let start = Instant::now();
+    let threads: Vec<_> = (0..collectors)
+        .map(|c| {
+            let hub = hub.to_string();
+            std::thread::spawn(
+                move || -> Result<(Duration, stepstream_collector::Report)> {
+                    let mut run =
+                        Collector::start(Options::new(&hub, "loadgen", &format!("ingest-{c}")))?;
+                    run.set_finish_timeout(Duration::from_secs(600));
+                    let t = Instant::now();
+                    for step in 0..records {
+                        run.log(step, &values(step));
+                    }
+                    let logged = t.elapsed();
+                    let report = run.finish(Outcome::Finished);
+                    Ok((logged, report))
+                },
+            )
+        })
+        .collect();
+    let mut total = 0u64;
+    for t in threads {
+        let (logged, report) = t.join().expect("collector thread")?;
+        if !report.delivered || report.dropped > 0 {
+            bail!("collector did not deliver everything: {report:?}");
+        }
+        println!(
+            "  collector: log() {:.2} us/call, {} records acked",
+            logged.as_secs_f64() * 1e6 / records as f64,
+            report.acked
+        );
+        total += report.acked;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "  ingest: {total} records in {secs:.2} s = {:.0} step records/s (all acknowledged, i.e. stored)",
+        total as f64 / secs
+    );
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn latency(hub: &str, rate: f64, seconds: f64) -> Result<()> {
+    println!("latency: 1 collector at {rate} steps/s for {seconds} s, 1 viewer");
+    let run = Collector::start(Options::new(hub, "loadgen", "latency"))?;
+    let run_id = run.run_id().clone();
+    run.log(-1, &values(0));
+    run.flush();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let url = format!("{}/ws/viewer", hub.trim_end_matches('/'));
+    let (mut ws, _) = rt.block_on(tokio_tungstenite::connect_async(url))?;
+    let sub = FromViewer::Subscribe(Subscribe {
+        runs: vec![run_id.clone()],
+        metrics: None,
+        from_step: None,
+        budget: None,
+    });
+    rt.block_on(ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+        sub.encode().into(),
+    )))?;
+
+    let n = (rate * seconds) as i64;
+    let producer = std::thread::spawn(move || {
+        let period = Duration::from_secs_f64(1.0 / rate);
+        let t0 = Instant::now();
+        for step in 0..n {
+            let due = t0 + period * step as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            run.log(step, &values(step));
+        }
+        run.finish(Outcome::Finished)
+    });
+    let mut lat_ms = Vec::with_capacity(n as usize);
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds + 30.0);
+        while (lat_ms.len() as i64) < n && Instant::now() < deadline {
+            let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_secs(5), ws.next()).await
+            else {
+                break;
+            };
+            let tokio_tungstenite::tungstenite::Message::Binary(bytes) = msg else {
+                continue;
+            };
+            if let Ok(ToViewer::Live(live)) = ToViewer::decode(&bytes) {
+                let now = unix_now();
+                for r in live.records.iter().filter(|r| r.step >= 0) {
+                    lat_ms.push((now - r.wall_time) * 1e3);
+                }
+            }
+        }
+    });
+    let report = producer.join().expect("producer");
+    if lat_ms.is_empty() {
+        bail!("the viewer received nothing");
+    }
+    lat_ms.sort_by(f64::total_cmp);
+    println!(
+        "  collector log -> viewer: n={} p50={:.2} ms p99={:.2} ms max={:.2} ms (delivered: {})",
+        lat_ms.len(),
+        percentile(&lat_ms, 0.5),
+        percentile(&lat_ms, 0.99),
+        lat_ms.last().unwrap(),
+        report.delivered
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let own = match &args.hub {
+        Some(_) => None,
+        None => Some(start_hub()?),
+    };
+    let hub = args
+        .hub
+        .clone()
+        .unwrap_or_else(|| own.as_ref().expect("own hub").url.clone());
+    ingest(&hub, args.collectors, args.records)?;
+    latency(&hub, args.rate, args.seconds)?;
+    Ok(())
+}
