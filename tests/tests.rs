@@ -3,9 +3,12 @@
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `tail` — following a growing CSV with a torn last line.
+//! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
+mod browser;
 mod docs;
 mod hub;
 mod tail;
 mod util;
+mod web;

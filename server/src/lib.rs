@@ -8,6 +8,7 @@
 //! * `downsample` — M4 point budgets.
 //! * `api` — JSON, CSV and config over HTTP.
 //! * `auth` — tokens.
+//! * `web` — the embedded web app.
 
 pub mod api;
 pub mod auth;
@@ -16,6 +17,7 @@ pub mod hub;
 pub mod ingest;
 pub mod store;
 pub mod viewer;
+pub mod web;
 
 use axum::routing::get;
 use axum::Router;
@@ -84,19 +86,12 @@ pub fn router(state: AppState) -> Router {
             auth::require_read,
         ));
     Router::new()
-        .route("/", get(index))
+        .route("/", get(web::index))
+        .route("/{file}", get(web::asset))
         .route("/api/health", get(api::health))
         .route("/ws/collector", get(ingest::collector_socket))
         .merge(reads)
         .with_state(state)
-}
-
-async fn index() -> axum::response::Html<&'static str> {
-    axum::response::Html(
-        "<!doctype html><title>stepstream</title><h1>stepstream hub</h1>\
-         <p>JSON API: <a href=\"/api/runs\">/api/runs</a>. Collectors connect to \
-         <code>/ws/collector</code>, viewers to <code>/ws/viewer</code>.</p>",
-    )
 }
 
 /// A bound, running hub.
