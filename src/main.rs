@@ -1,4 +1,6 @@
-//! `stepstream`: the hub (`serve`) and the CSV follower (`tail`).
+//! `stepstream`: the hub (`serve`), the CSV follower (`tail`) and the live demo (`demo`).
+
+mod demo;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -28,6 +30,25 @@ enum Command {
     Serve(ServeArgs),
     /// Stream a metrics CSV (step,timestamp,loss,lr,...) to a hub, following it as it grows.
     Tail(TailArgs),
+    /// A live demo: a hub on loopback and three small trainings (one diverging) streaming to it.
+    Demo(DemoArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    bind: SocketAddr,
+    #[arg(long, default_value = "stepstream-data/demo.db")]
+    db: PathBuf,
+    /// Training steps per run.
+    #[arg(long, default_value_t = 3000)]
+    steps: usize,
+    /// Steps per second per run (0 = as fast as it trains).
+    #[arg(long, default_value_t = 25.0)]
+    rate: f64,
+    /// Exit when the trainings end instead of serving on.
+    #[arg(long)]
+    exit_when_done: bool,
 }
 
 #[derive(clap::Args)]
@@ -98,6 +119,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Tail(args) => tail_file(args),
+        Command::Demo(args) => run_demo(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -144,6 +166,44 @@ fn serve(args: ServeArgs) -> Result<()> {
                 tracing::info!("interrupted; stopping");
                 Ok(())
             }
+        }
+    })
+}
+
+fn run_demo(args: DemoArgs) -> Result<()> {
+    let settings = Settings {
+        bind: args.bind,
+        db: args.db,
+        policy: StatusPolicy {
+            stale_after: Duration::from_secs(30),
+            fail_after: Some(Duration::from_secs(600)),
+        },
+        auth: Auth::default(),
+        fsync: false,
+        insecure_no_auth: false,
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let running = rt
+        .block_on(stepstream_server::start(settings))
+        .context("cannot start the demo hub")?;
+    let addr = running.addr;
+    println!("stepstream demo: open http://{addr}/ to watch three trainings live");
+    if !stepstream_server::web::embedded() {
+        eprintln!("stepstream demo: this binary has no web app built in (run scripts/build-web); the JSON API is at http://{addr}/api/runs");
+    }
+    let hub = format!("ws://{addr}");
+    let (steps, rate) = (args.steps, args.rate);
+    let trainings = std::thread::spawn(move || demo::run_all(&hub, steps, rate));
+    let result = trainings.join().expect("demo trainings");
+    result?;
+    if args.exit_when_done {
+        return Ok(());
+    }
+    println!("stepstream demo: all runs ended; still serving http://{addr}/ (Ctrl-C to stop)");
+    rt.block_on(async {
+        tokio::select! {
+            r = running.wait() => r.context("the hub stopped"),
+            _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
 }

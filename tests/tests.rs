@@ -1,5 +1,6 @@
 //! End-to-end tests: each drives the real `stepstream` binary over real sockets.
 //!
+//! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `tail` — following a growing CSV with a torn last line.
@@ -7,6 +8,7 @@
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
 mod browser;
+mod demo;
 mod docs;
 mod hub;
 mod tail;

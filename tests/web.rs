@@ -259,3 +259,117 @@ fn page_reconnects_after_a_hub_restart_and_ends_with_every_point_once() {
     assert_eq!(done["last"], steps - 1);
     page.screenshot("web-after-restart");
 }
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// A benchmark, not a test: `cargo test --release --test e2e bench_web -- --ignored --nocapture`.
+/// Reports collector-`log`-to-drawn-frame latency at 100 steps/s and the time to the first
+/// chart of a 1,000,000-step run.
+#[test]
+#[ignore]
+fn bench_web_step_to_pixel_and_first_chart() {
+    let hub = Hub::start(&[]);
+    page_is_embedded(&hub);
+    let run = Collector::start(Options::new(&hub.ws(), "bench", "latency")).unwrap();
+    let id = run.run_id().to_string();
+    run.log(
+        0,
+        &[
+            ("loss", 1.0),
+            ("lr", 1e-3),
+            ("grad_norm", 1.0),
+            ("samples_per_sec", 100.0),
+        ],
+    );
+    run.flush();
+    let mut page = Browser::open(&format!("http://{}/?lang=en", hub.addr()));
+    page.wait(
+        "the run listed",
+        Duration::from_secs(20),
+        "document.querySelectorAll('tr.run').length == 1",
+    );
+    click_run(&mut page, &id);
+    page.wait("first chart", Duration::from_secs(10), &chart("loss"));
+    page.eval("window.__stepstreamLatency = []");
+    let seconds = 15.0;
+    let n = (100.0 * seconds) as i64;
+    let t0 = std::time::Instant::now();
+    for step in 1..=n {
+        let due = t0 + Duration::from_millis(10 * step as u64);
+        if let Some(w) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(w);
+        }
+        run.log(
+            step,
+            &[
+                ("loss", 1.0 / step as f64),
+                ("lr", 1e-3),
+                ("grad_norm", 1.0),
+                ("samples_per_sec", 100.0),
+            ],
+        );
+    }
+    page.wait(
+        "all drawn",
+        Duration::from_secs(20),
+        &format!(
+            "(() => {{ const c = {}; return c && c.last == {n}; }})()",
+            chart("loss")
+        ),
+    );
+    let lat = page.eval("window.__stepstreamLatency");
+    let mut ms: Vec<f64> = lat
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "step-to-pixel at 100 steps/s: frames={} p50={:.1} ms p99={:.1} ms max={:.1} ms",
+        ms.len(),
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.99),
+        ms.last().unwrap()
+    );
+    assert!(run.finish(Outcome::Finished).delivered);
+
+    // A 1,000,000-step run, then the time from the click to its first chart.
+    let big = Collector::start(Options::new(&hub.ws(), "bench", "million")).unwrap();
+    let big_id = big.run_id().to_string();
+    for step in 0..1_000_000i64 {
+        let x = step as f64;
+        big.log(
+            step,
+            &[
+                ("loss", 2.0 / (1.0 + x * 1e-4)),
+                ("lr", 1e-3),
+                ("grad_norm", 1.0 + (x * 1e-3).sin()),
+                ("samples_per_sec", 100.0),
+            ],
+        );
+    }
+    assert!(big.finish(Outcome::Finished).delivered);
+    page.navigate(&format!("http://{}/?lang=en", hub.addr()));
+    page.wait(
+        "two runs listed",
+        Duration::from_secs(20),
+        "document.querySelectorAll('tr.run').length == 2",
+    );
+    let ms = page.eval(&format!(
+        "new Promise(done => {{ const t0 = performance.now(); \
+         document.querySelector('tr.run[data-run-id=\"{big_id}\"]').click(); \
+         const check = () => {{ const c = document.querySelector('canvas[data-metric=\"loss\"]'); \
+         if (c && c.dataset.lastStep == '999999') done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})"
+    ));
+    let drawn = page.eval(&chart("loss"));
+    println!(
+        "first chart of a 1,000,000-step run: {:.0} ms (points held {}, drawn {})",
+        ms.as_f64().unwrap(),
+        drawn["points"],
+        drawn["drawn"]
+    );
+    page.screenshot("bench-million");
+}
