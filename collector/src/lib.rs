@@ -16,7 +16,9 @@
 //! and resends whatever was not acknowledged. The hub drops resent batches it already
 //! stored, so every record arrives exactly once.
 
+pub mod archive;
 mod sender;
+pub mod system;
 pub mod tail;
 
 use std::collections::HashMap;
@@ -51,6 +53,12 @@ pub struct Options {
     pub max_batch: usize,
     /// Sent when nothing else was sent for this long.
     pub heartbeat: Duration,
+    /// Keep `run_YYYYMMDD_HHMMSS_metrics.csv` and `..._config.json` in this folder.
+    pub archive_dir: Option<std::path::PathBuf>,
+    /// Added to the archive's file names (e.g. `rank3`).
+    pub archive_tag: String,
+    /// Archive rows buffered between flushes.
+    pub flush_every: usize,
 }
 
 impl Options {
@@ -68,6 +76,9 @@ impl Options {
             queue_capacity: 1 << 20,
             max_batch: 2000,
             heartbeat: Duration::from_secs(5),
+            archive_dir: None,
+            archive_tag: String::new(),
+            flush_every: 10,
         }
     }
 }
@@ -80,6 +91,11 @@ pub enum StartError {
     BadConfig(String),
     #[error("cannot start the sender thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot create the run archive in {dir}: {source}")]
+    Archive {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// How a run ended.
@@ -130,7 +146,8 @@ pub(crate) struct Stats {
 
 pub(crate) enum Command {
     Define(MetricDef),
-    Record(StepRecord),
+    /// A record, and whether the archive CSV gets it (system samples do not).
+    Record(StepRecord, bool),
     Flush,
     Finish(FinishStatus, oneshot::Sender<bool>),
 }
@@ -138,11 +155,13 @@ pub(crate) enum Command {
 /// A run being streamed. `log` from any thread; `finish` once.
 pub struct Collector {
     run_id: RunId,
+    archive: Option<(std::path::PathBuf, std::path::PathBuf)>,
     queue: mpsc::Sender<Command>,
     names: Mutex<HashMap<String, MetricId>>,
     stats: Arc<Stats>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     finish_timeout: Duration,
+    last_step: std::sync::atomic::AtomicI64,
 }
 
 /// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
@@ -211,25 +230,51 @@ impl Collector {
             world_size: options.world_size,
             started_at: unix_now(),
         };
+        let archive = match &options.archive_dir {
+            Some(dir) => Some(
+                archive::Archive::create(
+                    dir,
+                    identity.started_at,
+                    &options.archive_tag,
+                    &options.config_json,
+                    options.flush_every,
+                )
+                .map_err(|source| StartError::Archive {
+                    dir: dir.clone(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let archive_paths = archive
+            .as_ref()
+            .map(|a| (a.metrics_path.clone(), a.config_path.clone()));
         let (queue, commands) = mpsc::channel(options.queue_capacity.max(16));
         let stats = Arc::new(Stats::default());
-        let sender = sender::Sender::new(url, options.clone(), identity, stats.clone());
+        let sender = sender::Sender::new(url, options.clone(), identity, stats.clone(), archive);
         let thread = std::thread::Builder::new()
             .name("stepstream-sender".into())
             .spawn(move || sender.run(commands))
             .map_err(StartError::Thread)?;
         Ok(Collector {
             run_id,
+            archive: archive_paths,
             queue,
             names: Mutex::new(HashMap::new()),
             stats,
             thread: Mutex::new(Some(thread)),
             finish_timeout: Duration::from_secs(30),
+            last_step: std::sync::atomic::AtomicI64::new(-1),
         })
     }
 
     pub fn run_id(&self) -> &RunId {
         &self.run_id
+    }
+
+    /// The archive's metrics CSV and config JSON, when archiving.
+    pub fn archive_paths(&self) -> Option<&(std::path::PathBuf, std::path::PathBuf)> {
+        self.archive.as_ref()
     }
 
     /// How long `finish` (and drop) waits for the hub to acknowledge everything.
@@ -245,6 +290,18 @@ impl Collector {
 
     /// Records one step with an explicit wall time (unix seconds).
     pub fn log_at(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)]) {
+        self.last_step.store(step, Ordering::Relaxed);
+        self.send_record(step, wall_time, metrics, true);
+    }
+
+    /// Records system metrics (host, accelerators) at the last logged step; they go to the
+    /// hub but not into the archive CSV, which holds training steps only.
+    pub fn log_system(&self, metrics: &[(&str, f64)]) {
+        let step = self.last_step.load(Ordering::Relaxed).max(0);
+        self.send_record(step, unix_now(), metrics, false);
+    }
+
+    fn send_record(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)], archive: bool) {
         let mut values = Vec::with_capacity(metrics.len());
         {
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
@@ -275,7 +332,7 @@ impl Collector {
             values,
         };
         self.stats.logged.fetch_add(1, Ordering::Relaxed);
-        if self.queue.try_send(Command::Record(record)).is_err() {
+        if self.queue.try_send(Command::Record(record, archive)).is_err() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -320,7 +377,17 @@ impl Collector {
         }
     }
 
+    /// [`Collector::finish`] through a shared reference (the first call wins), waiting at most
+    /// `timeout`.
+    pub fn finish_shared(&self, outcome: Outcome, timeout: Duration) -> Report {
+        self.end_within(outcome, timeout)
+    }
+
     fn end(&self, outcome: Outcome) -> Report {
+        self.end_within(outcome, self.finish_timeout)
+    }
+
+    fn end_within(&self, outcome: Outcome, timeout: Duration) -> Report {
         let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else {
             return self.report(false);
         };
@@ -330,7 +397,7 @@ impl Collector {
             .blocking_send(Command::Finish(outcome.into(), reply))
         {
             Ok(()) => {
-                let deadline = std::time::Instant::now() + self.finish_timeout;
+                let deadline = std::time::Instant::now() + timeout;
                 let mut answer = answer;
                 loop {
                     match answer.try_recv() {

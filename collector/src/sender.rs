@@ -45,6 +45,7 @@ pub(crate) struct Sender {
     /// A hub has welcomed this process at least once.
     welcomed: bool,
     finish: Option<(FinishStatus, Option<oneshot::Sender<bool>>)>,
+    archive: Option<crate::archive::Archive>,
 }
 
 enum Ended {
@@ -61,6 +62,7 @@ impl Sender {
         options: Options,
         identity: RunIdentity,
         stats: Arc<Stats>,
+        archive: Option<crate::archive::Archive>,
     ) -> Sender {
         Sender {
             url,
@@ -75,6 +77,7 @@ impl Sender {
             buffered: 0,
             welcomed: false,
             finish: None,
+            archive,
         }
     }
 
@@ -104,12 +107,18 @@ impl Sender {
                 self.defs.push(def.clone());
                 self.new_defs.push(def);
             }
-            Some(Command::Record(r)) => {
+            Some(Command::Record(r, archive)) => {
+                if archive {
+                    self.archive_row(&r);
+                }
                 self.building.push(r);
                 self.buffered += 1;
             }
             Some(Command::Flush) => {}
-            Some(Command::Finish(status, reply)) => self.finish = Some((status, Some(reply))),
+            Some(Command::Finish(status, reply)) => {
+                self.flush_archive();
+                self.finish = Some((status, Some(reply)));
+            }
             // The collector was dropped without finishing: end the run as finished.
             None => {
                 if self.finish.is_none() {
@@ -120,6 +129,32 @@ impl Sender {
         self.stats
             .unacked
             .store(self.buffered as u64, Ordering::Relaxed);
+    }
+
+    fn archive_row(&mut self, r: &StepRecord) {
+        let Some(archive) = self.archive.as_mut() else {
+            return;
+        };
+        // Ids are dense and defined before use (see `Collector::log_at`).
+        let values: Vec<(&str, f64)> = r
+            .values
+            .iter()
+            .filter_map(|&(id, v)| Some((self.defs.get(id.0 as usize)?.name.as_str(), v)))
+            .collect();
+        if let Err(e) = archive.row(r.step, r.wall_time, &values) {
+            // A full disk must not stop training: say so once and stop archiving.
+            tracing::error!(error = %e, "stepstream: cannot write the run archive; archiving stops");
+            if let Ok(mut last) = self.stats.last_error.lock() {
+                *last = Some(format!("archive: {e}"));
+            }
+            self.archive = None;
+        }
+    }
+
+    fn flush_archive(&mut self) {
+        if let Some(a) = self.archive.as_mut() {
+            let _ = a.flush();
+        }
     }
 
     /// Takes whatever else is already queued, without waiting.

@@ -1,0 +1,319 @@
+//! `stepstream._stepstream`: the Python face of the Rust collector, and nothing more.
+//!
+//! Conversion happens here; batching, sending, reconnecting and archiving stay in
+//! `stepstream-collector`, on its own thread, off the GIL. `Run.log` takes plain numbers on a
+//! fast path (a dict walk and a queue push). A framework tensor is not converted in `log`,
+//! since that would force a device sync every step: its record is held and converted with
+//! the others every `defer_every` records (and at `flush`/`finish`), in step order.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_collector::{system, Collector, Options, Outcome};
+use stepstream_protocol::{unix_now, RunId};
+
+enum Value {
+    Number(f64),
+    Later(Py<PyAny>),
+}
+
+struct Held {
+    step: i64,
+    wall_time: f64,
+    values: Vec<(String, Value)>,
+}
+
+/// A plain number, or `None` for a tensor whose conversion must wait.
+fn number(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if let Ok(f) = v.downcast_exact::<PyFloat>() {
+        return Ok(Some(f.value()));
+    }
+    if let Ok(b) = v.downcast_exact::<PyBool>() {
+        return Ok(Some(if b.is_true() { 1.0 } else { 0.0 }));
+    }
+    if v.downcast_exact::<PyInt>().is_ok() {
+        return Ok(Some(v.extract::<f64>()?));
+    }
+    let py = v.py();
+    if v.hasattr(intern!(py, "asnumpy"))? || v.hasattr(intern!(py, "detach"))? {
+        return Ok(None);
+    }
+    // numpy scalars and anything else with __float__
+    v.extract::<f64>().map(Some).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "metric values must be numbers or scalar tensors, not {}",
+            v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// Converts a held tensor (MindSpore, PyTorch, Paddle...) to its first element.
+fn convert(py: Python<'_>, obj: &Py<PyAny>) -> PyResult<f64> {
+    let t = obj.bind(py);
+    let flat = if t.hasattr(intern!(py, "asnumpy"))? {
+        t.call_method0(intern!(py, "asnumpy"))?
+    } else if t.hasattr(intern!(py, "detach"))? {
+        t.call_method0(intern!(py, "detach"))?
+            .call_method0(intern!(py, "cpu"))?
+            .call_method0(intern!(py, "numpy"))?
+    } else {
+        t.clone()
+    };
+    let first = match flat.call_method1(intern!(py, "reshape"), (-1,)) {
+        Ok(f) => f.get_item(0)?,
+        Err(_) => flat,
+    };
+    first.extract::<f64>()
+}
+
+#[pyclass(module = "stepstream._stepstream")]
+struct Run {
+    collector: Option<Arc<Collector>>,
+    sampler: Option<system::Sampler>,
+    held: Vec<Held>,
+    defer_every: usize,
+    next_step: i64,
+    /// Values whose conversion failed; skipped rather than stopping training.
+    unconvertible: u64,
+    /// Metric names by the address of the `str` object that carried them: a training loop
+    /// passes the same (interned) key objects every step, and reading a `str`'s text
+    /// through the stable ABI costs an allocation. Holding the object keeps the address valid.
+    names: std::collections::HashMap<usize, (Py<PyString>, String)>,
+    run_id: String,
+    archive: Option<(String, String)>,
+}
+
+impl Run {
+    fn name_of(&mut self, key: &Bound<'_, PyString>) -> PyResult<usize> {
+        let addr = key.as_ptr() as usize;
+        if !self.names.contains_key(&addr) {
+            let text = key.to_cow()?.into_owned();
+            self.names.insert(addr, (key.clone().unbind(), text));
+        }
+        Ok(addr)
+    }
+
+    fn release(&mut self, py: Python<'_>) {
+        let Some(c) = self.collector.clone() else {
+            self.held.clear();
+            return;
+        };
+        for h in std::mem::take(&mut self.held) {
+            let mut values: Vec<(String, f64)> = Vec::with_capacity(h.values.len());
+            for (name, v) in h.values {
+                match v {
+                    Value::Number(f) => values.push((name, f)),
+                    Value::Later(obj) => match convert(py, &obj) {
+                        Ok(f) => values.push((name, f)),
+                        Err(_) => self.unconvertible += 1,
+                    },
+                }
+            }
+            let refs: Vec<(&str, f64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+            c.log_at(h.step, h.wall_time, &refs);
+        }
+    }
+}
+
+#[pymethods]
+impl Run {
+    #[new]
+    #[pyo3(signature = (hub, project, name, *, config_json = "{}".to_string(), run_id = None,
+        token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
+        flush_every = 10, defer_every = 10, system_interval = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        hub: &str,
+        project: &str,
+        name: &str,
+        config_json: String,
+        run_id: Option<String>,
+        token: Option<String>,
+        rank: u32,
+        world_size: u32,
+        archive_dir: Option<std::path::PathBuf>,
+        archive_tag: String,
+        flush_every: usize,
+        defer_every: usize,
+        system_interval: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut o = Options::new(hub, project, name);
+        o.config_json = config_json;
+        o.run_id = run_id
+            .map(RunId::new)
+            .transpose()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        o.token = token;
+        o.rank = rank;
+        o.world_size = world_size;
+        o.archive_dir = archive_dir;
+        o.archive_tag = archive_tag;
+        o.flush_every = flush_every;
+        let collector =
+            Arc::new(Collector::start(o).map_err(|e| PyValueError::new_err(e.to_string()))?);
+        let sampler = system_interval
+            .filter(|s| *s > 0.0)
+            .map(|s| system::start(collector.clone(), Duration::from_secs_f64(s)));
+        Ok(Run {
+            sampler,
+            held: Vec::new(),
+            defer_every: defer_every.max(1),
+            next_step: 0,
+            unconvertible: 0,
+            names: std::collections::HashMap::new(),
+            run_id: collector.run_id().to_string(),
+            archive: collector
+                .archive_paths()
+                .map(|(m, c)| (m.display().to_string(), c.display().to_string())),
+            collector: Some(collector),
+        })
+    }
+
+    /// Records one step. `step` defaults to the previous step + 1. Never blocks on the hub.
+    #[pyo3(signature = (metrics, step = None))]
+    fn log(&mut self, py: Python<'_>, metrics: &Bound<'_, PyDict>, step: Option<i64>) -> PyResult<()> {
+        let Some(c) = self.collector.clone() else {
+            return Ok(());
+        };
+        let step = step.unwrap_or(self.next_step);
+        self.next_step = step + 1;
+        let wall_time = unix_now();
+        if self.names.len() >= 4096 {
+            // Callers building fresh key strings each step: start over rather than grow.
+            self.names.clear();
+        }
+        let mut keys: Vec<usize> = Vec::with_capacity(metrics.len());
+        let mut numbers: Vec<f64> = Vec::with_capacity(metrics.len());
+        let mut later = false;
+        for (k, v) in metrics.iter() {
+            let k = k
+                .downcast_into::<PyString>()
+                .map_err(|_| PyTypeError::new_err("metric names must be str"))?;
+            match number(&v)? {
+                Some(f) => numbers.push(f),
+                None => {
+                    later = true;
+                    break;
+                }
+            }
+            keys.push(self.name_of(&k)?);
+        }
+        if !later && self.held.is_empty() {
+            let pairs: Vec<(&str, f64)> = keys
+                .iter()
+                .map(|k| self.names[k].1.as_str())
+                .zip(numbers)
+                .collect();
+            c.log_at(step, wall_time, &pairs);
+            return Ok(());
+        }
+        // Hold the whole record (keeping step order) until the batch is converted.
+        let mut values = Vec::with_capacity(metrics.len());
+        for (k, v) in metrics.iter() {
+            let key = self.name_of(&k.downcast_into::<PyString>()?)?;
+            let name = self.names[&key].1.clone();
+            let value = match number(&v)? {
+                Some(f) => Value::Number(f),
+                None => Value::Later(v.unbind()),
+            };
+            values.push((name, value));
+        }
+        self.held.push(Held {
+            step,
+            wall_time,
+            values,
+        });
+        if self.held.len() >= self.defer_every {
+            self.release(py);
+        }
+        Ok(())
+    }
+
+    /// Converts held tensors and asks the sender to send now.
+    fn flush(&mut self, py: Python<'_>) {
+        self.release(py);
+        if let Some(c) = &self.collector {
+            c.flush();
+        }
+    }
+
+    /// Ends the run (`finished`, `failed` or `killed`) and waits up to `timeout` seconds for
+    /// the hub to acknowledge everything. Returns a report; never raises for an absent hub.
+    #[pyo3(signature = (status = "finished", message = None, timeout = 30.0))]
+    fn finish<'py>(
+        &mut self,
+        py: Python<'py>,
+        status: &str,
+        message: Option<String>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let outcome = match status {
+            "finished" => Outcome::Finished,
+            "failed" => Outcome::Failed(message.unwrap_or_default()),
+            "killed" => Outcome::Killed(message.unwrap_or_default()),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "status must be finished, failed or killed, not {other:?}"
+                )))
+            }
+        };
+        self.release(py);
+        self.sampler = None;
+        let report = dict(py)?;
+        let Some(c) = self.collector.take() else {
+            report.set_item("delivered", false)?;
+            return Ok(report);
+        };
+        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let r = py.allow_threads(|| c.finish_shared(outcome, timeout));
+        report.set_item("delivered", r.delivered)?;
+        report.set_item("logged", r.logged)?;
+        report.set_item("dropped", r.dropped)?;
+        report.set_item("acked", r.acked)?;
+        report.set_item("unacked", r.unacked)?;
+        report.set_item("unconvertible", self.unconvertible)?;
+        Ok(report)
+    }
+
+    #[getter]
+    fn run_id(&self) -> String {
+        self.run_id.clone()
+    }
+
+    /// The archive CSV's path, when archiving.
+    #[getter]
+    fn metrics_csv(&self) -> Option<String> {
+        self.archive.as_ref().map(|(m, _)| m.clone())
+    }
+
+    /// The archived config JSON's path, when archiving.
+    #[getter]
+    fn config_path(&self) -> Option<String> {
+        self.archive.as_ref().map(|(_, c)| c.clone())
+    }
+
+    #[getter]
+    fn connected(&self) -> bool {
+        self.collector.as_ref().is_some_and(|c| c.connected())
+    }
+
+    #[getter]
+    fn last_error(&self) -> Option<String> {
+        self.collector.as_ref().and_then(|c| c.last_error())
+    }
+}
+
+fn dict(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    Ok(PyDict::new(py))
+}
+
+#[pymodule]
+fn _stepstream(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Run>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("PROTOCOL_VERSION", stepstream_protocol::codec::VERSION)?;
+    Ok(())
+}

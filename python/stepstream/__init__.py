@@ -1,0 +1,187 @@
+"""Stream training metrics to a stepstream hub, live.
+
+    import stepstream
+    with stepstream.init(hub="ws://127.0.0.1:7070", project="llama", name="lr-3e-4",
+                         config={"lr": 3e-4}) as run:
+        for step in range(steps):
+            ...
+            run.log({"loss": loss, "lr": lr}, step=step)
+
+``run.log`` never blocks on the network: records go to a queue that a Rust thread batches,
+sends, and resends after a hub outage. Each run is also archived locally as
+``run_YYYYMMDD_HHMMSS_metrics.csv`` beside ``run_YYYYMMDD_HHMMSS_config.json`` (flushed every
+``flush_every`` rows). Leaving the ``with`` block through an exception marks the run failed
+with the exception's text; KeyboardInterrupt marks it killed.
+
+Multi-card: rank and world size come from the launcher's environment (RANK_ID/RANK_SIZE for
+MindSpore, RANK/WORLD_SIZE for torchrun, OMPI_COMM_WORLD_* for mpirun...). Only rank 0
+reports unless ``all_ranks=True``, which makes every rank report as its own run, tagged with
+its rank, so per-rank step times can be compared.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+from typing import Any, Mapping, Optional, Tuple
+
+from ._stepstream import PROTOCOL_VERSION, __version__
+from ._stepstream import Run as _NativeRun
+
+__all__ = ["init", "Run", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+
+_RANK_VARS = ("RANK_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("RANK_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+_LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "DEVICE_ID", "SLURM_LOCALID")
+
+
+def _first_int(env: Mapping[str, str], names: Tuple[str, ...]) -> Optional[int]:
+    for n in names:
+        v = env.get(n)
+        if v is not None and v.strip().lstrip("-").isdigit():
+            return int(v)
+    return None
+
+
+def detect_rank(env: Optional[Mapping[str, str]] = None) -> Tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the environment launchers set; (0, 1, 0) alone."""
+    env = os.environ if env is None else env
+    rank = _first_int(env, _RANK_VARS)
+    size = _first_int(env, _SIZE_VARS)
+    local = _first_int(env, _LOCAL_VARS)
+    rank = 0 if rank is None else rank
+    return rank, max(size or 1, rank + 1), 0 if local is None else local
+
+
+class Run:
+    """A run being streamed. ``log`` is the native method itself: nothing in between."""
+
+    def __init__(self, native: Optional[_NativeRun], rank: int, world_size: int):
+        self._native = native
+        self.rank = rank
+        self.world_size = world_size
+        self._ended = False
+        if native is not None:
+            self.log = native.log  # type: ignore[method-assign]
+            self.flush = native.flush  # type: ignore[method-assign]
+            atexit.register(self._at_exit)
+            # An uncaught exception ends the run as failed, with its text, not as finished.
+            previous = sys.excepthook
+
+            def hook(exc_type, exc, tb):
+                if not self._ended:
+                    status = "killed" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+                    self.finish(status, f"{exc_type.__name__}: {exc}", timeout=5.0)
+                previous(exc_type, exc, tb)
+
+            sys.excepthook = hook
+        self.started = time.time()
+
+    # Replaced by the native methods when this rank reports.
+    def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+        """Records one step (a no-op on ranks that do not report)."""
+
+    def flush(self) -> None:
+        """Sends what is queued now."""
+
+    @property
+    def active(self) -> bool:
+        return self._native is not None and not self._ended
+
+    @property
+    def run_id(self) -> Optional[str]:
+        return self._native.run_id if self._native is not None else None
+
+    @property
+    def metrics_csv(self) -> Optional[str]:
+        return self._native.metrics_csv if self._native is not None else None
+
+    @property
+    def config_path(self) -> Optional[str]:
+        return self._native.config_path if self._native is not None else None
+
+    @property
+    def connected(self) -> bool:
+        return self._native is not None and self._native.connected
+
+    def finish(self, status: str = "finished", message: Optional[str] = None, timeout: float = 30.0) -> dict:
+        """Ends the run and waits up to ``timeout`` s for the hub to store everything."""
+        if self._native is None or self._ended:
+            return {"delivered": self._native is None}
+        self._ended = True
+        return self._native.finish(status, message, timeout)
+
+    def _at_exit(self) -> None:
+        if not self._ended:
+            self.finish("finished", timeout=5.0)
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.finish("finished")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.finish("killed", "KeyboardInterrupt")
+        else:
+            self.finish("failed", f"{exc_type.__name__}: {exc}")
+        return False
+
+
+def init(
+    hub: Optional[str] = None,
+    project: str = "default",
+    name: Optional[str] = None,
+    config: Optional[Mapping[str, Any]] = None,
+    *,
+    token: Optional[str] = None,
+    run_id: Optional[str] = None,
+    archive_dir: Optional[str] = "stepstream-runs",
+    flush_every: int = 10,
+    all_ranks: bool = False,
+    system_metrics: bool = True,
+    system_interval: float = 5.0,
+    defer_every: int = 10,
+) -> Run:
+    """Starts a run. Returns at once; connecting happens in the background.
+
+    hub: ``ws://HOST:PORT`` (default ``$STEPSTREAM_HUB`` or ``ws://127.0.0.1:7070``).
+    archive_dir: where the CSV and config are archived (None: no archive).
+    defer_every: framework tensors handed to ``log`` are converted every N records, so
+        ``log`` never forces a device sync per step.
+    """
+    rank, world_size, _local = detect_rank()
+    if rank != 0 and not all_ranks:
+        return Run(None, rank, world_size)
+    hub = hub or os.environ.get("STEPSTREAM_HUB", "ws://127.0.0.1:7070")
+    token = token or os.environ.get("STEPSTREAM_WRITE_TOKEN")
+    run_id = run_id or os.environ.get("STEPSTREAM_RUN_ID")
+    if name is None:
+        script = os.path.splitext(os.path.basename(sys.argv[0] or "python"))[0] or "python"
+        name = script
+    tag = ""
+    if all_ranks and world_size > 1:
+        name = f"{name}-rank{rank}"
+        tag = f"rank{rank}"
+        if run_id:
+            run_id = f"{run_id}-r{rank}"
+    config_json = json.dumps(dict(config or {}), default=str, sort_keys=True)
+    native = _NativeRun(
+        hub,
+        project,
+        name,
+        config_json=config_json,
+        run_id=run_id,
+        token=token,
+        rank=rank,
+        world_size=world_size,
+        archive_dir=archive_dir,
+        archive_tag=tag,
+        flush_every=flush_every,
+        defer_every=defer_every,
+        system_interval=system_interval if system_metrics else None,
+    )
+    return Run(native, rank, world_size)

@@ -1,0 +1,117 @@
+"""The package without a framework: init/log/finish, the archive, failures, ranks, outages."""
+
+import csv
+import time
+
+import numpy as np
+import pytest
+
+import stepstream
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_log_reaches_the_hub_and_the_archive(hub, tmp_path):
+    run = stepstream.init(hub=hub.url, project="py", name="basic", config={"lr": 0.1, "layers": 2},
+                          archive_dir=str(tmp_path), system_metrics=False)
+    for step in range(50):
+        run.log({"loss": 1.0 / (step + 1), "lr": np.float32(0.1), "tokens": np.int64(step), "nan": float("nan")}, step=step)
+    report = run.finish()
+    assert report["delivered"] and report["acked"] == 50 and report["dropped"] == 0
+    info = hub.run(run.run_id)
+    assert info["status"] == "finished" and info["records"] == 50
+    assert info["config"] == {"layers": 2, "lr": 0.1}
+    rows = read_csv(run.metrics_csv)
+    assert [int(r["step"]) for r in rows] == list(range(50))
+    assert run.metrics_csv.endswith("_metrics.csv") and "run_" in run.metrics_csv
+    assert run.config_path.endswith("_config.json")
+    hub_loss = hub.series(run.run_id, "loss")
+    for r in rows:
+        assert float(r["loss"]) == hub_loss[int(r["step"])]
+        assert r["nan"] == "nan"
+    assert abs(float(rows[3]["lr"]) - 0.1) < 1e-7
+
+
+def test_context_manager_marks_failures_with_the_exception(hub, tmp_path):
+    with pytest.raises(ValueError):
+        with stepstream.init(hub=hub.url, name="boom", archive_dir=None, system_metrics=False) as run:
+            run.log({"loss": 1.0}, step=1)
+            raise ValueError("loss went NaN at step 1")
+    info = hub.run(run.run_id)
+    assert info["status"] == "failed"
+    assert info["status_message"] == "ValueError: loss went NaN at step 1"
+
+
+def test_bad_values_are_clear_errors():
+    run = stepstream.init(hub="ws://127.0.0.1:9", name="x", archive_dir=None, system_metrics=False)
+    with pytest.raises(TypeError, match="numbers"):
+        run.log({"loss": "high"})
+    with pytest.raises(TypeError, match="str"):
+        run.log({1: 2.0})
+    run.finish(timeout=0.1)
+
+
+def test_hub_down_at_start_then_up_gets_every_step(make_hub, tmp_path):
+    hub = make_hub(start=False)
+    run = stepstream.init(hub=hub.url, name="early", archive_dir=str(tmp_path), system_metrics=False)
+    for step in range(300):
+        run.log({"loss": float(step)}, step=step)
+        if step == 150:
+            hub.start()
+    report = run.finish(timeout=60)
+    assert report["delivered"], report
+    info = hub.run(run.run_id)
+    assert info["records"] == 300 and info["last_step"] == 299
+    assert sorted(hub.series(run.run_id, "loss")) == list(range(300))
+
+
+def test_rank_detection_and_only_rank_zero_reports(monkeypatch, hub):
+    assert stepstream.detect_rank({}) == (0, 1, 0)
+    assert stepstream.detect_rank({"RANK_ID": "3", "RANK_SIZE": "8", "DEVICE_ID": "3"}) == (3, 8, 3)
+    assert stepstream.detect_rank({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == (1, 2, 1)
+    assert stepstream.detect_rank({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6"}) == (5, 6, 0)
+    monkeypatch.setenv("RANK_ID", "2")
+    monkeypatch.setenv("RANK_SIZE", "4")
+    quiet = stepstream.init(hub=hub.url, name="ranked", archive_dir=None)
+    assert not quiet.active
+    quiet.log({"loss": 1.0}, step=1)
+    loud = stepstream.init(hub=hub.url, name="ranked", all_ranks=True, archive_dir=None, system_metrics=False)
+    loud.log({"loss": 1.0, "step_time": 0.1}, step=1)
+    assert loud.finish()["delivered"]
+    info = hub.run(loud.run_id)
+    assert info["name"] == "ranked-rank2" and info["rank"] == 2 and info["world_size"] == 4
+
+
+def test_system_metrics_are_sampled(hub):
+    run = stepstream.init(hub=hub.url, name="sys", archive_dir=None, system_interval=0.2)
+    run.log({"loss": 1.0}, step=0)
+    hub.wait("host metrics", lambda: "sys/cpu_percent" in hub.run(run.run_id)["metrics"])
+    values = hub.run(run.run_id)["last_values"]
+    assert 0 <= values["sys/mem_percent"] <= 100
+    run.finish()
+
+
+def test_tensor_values_are_converted_in_batches(hub):
+    class FakeTensor:
+        """Counts conversions: a real device tensor would sync on each."""
+        converted = 0
+
+        def __init__(self, v):
+            self.v = v
+
+        def asnumpy(self):
+            FakeTensor.converted += 1
+            return np.array([self.v], dtype=np.float32)
+
+    run = stepstream.init(hub=hub.url, name="tensors", archive_dir=None, system_metrics=False, defer_every=10)
+    for step in range(25):
+        run.log({"loss": FakeTensor(step * 0.5)}, step=step)
+        if step == 8:
+            assert FakeTensor.converted == 0, "log converted a tensor on the hot path"
+    assert FakeTensor.converted == 20
+    assert run.finish()["delivered"]
+    assert FakeTensor.converted == 25
+    assert hub.series(run.run_id, "loss")[24] == 12.0
