@@ -42,10 +42,16 @@ import stepstream
 
 __all__ = ["StepStreamCallback", "TrainOneStepWithGradNorm", "global_norm"]
 
-try:  # numpy >= 2 with MindSpore 2.10: the first eager op of a process fails once.
-    (ms.Tensor([1], ms.int32) - 1).asnumpy()
-except SystemError:
-    pass
+import numpy as _np
+
+if int(_np.__version__.split(".")[0]) >= 2:
+    # numpy >= 2 with MindSpore 2.10: the first eager op of a process fails once; take the
+    # failure here rather than in a training step. (Not done on numpy 1: an eager op
+    # initialises the runtime, after which the device can no longer be chosen.)
+    try:
+        (ms.Tensor([1], ms.int32) - 1).asnumpy()
+    except SystemError:
+        pass
 
 _square_sum = ops.MultitypeFuncGraph("_stepstream_square_sum")
 
