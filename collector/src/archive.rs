@@ -23,9 +23,17 @@ pub struct Archive {
 
 /// Free `run_<stamp>[_<tag>]` file names in `dir`.
 fn paths(dir: &Path, stamp: &str, tag: &str) -> (PathBuf, PathBuf) {
-    let tag = if tag.is_empty() { String::new() } else { format!("_{tag}") };
+    let tag = if tag.is_empty() {
+        String::new()
+    } else {
+        format!("_{tag}")
+    };
     for n in 0.. {
-        let extra = if n == 0 { String::new() } else { format!("_{n}") };
+        let extra = if n == 0 {
+            String::new()
+        } else {
+            format!("_{n}")
+        };
         let base = format!("run_{stamp}{tag}{extra}");
         let metrics = dir.join(format!("{base}_metrics.csv"));
         let config = dir.join(format!("{base}_config.json"));
@@ -96,7 +104,10 @@ impl Archive {
             out.write_all(self.header().as_bytes())?;
             if self.metrics_path.exists() {
                 let pad = ",".repeat(self.columns.len() - old_columns);
-                for line in BufReader::new(File::open(&self.metrics_path)?).lines().skip(1) {
+                for line in BufReader::new(File::open(&self.metrics_path)?)
+                    .lines()
+                    .skip(1)
+                {
                     let line = line?;
                     out.write_all(line.as_bytes())?;
                     out.write_all(pad.as_bytes())?;
@@ -106,13 +117,20 @@ impl Archive {
             out.flush()?;
         }
         std::fs::rename(&tmp, &self.metrics_path)?;
-        let file = std::fs::OpenOptions::new().append(true).open(&self.metrics_path)?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.metrics_path)?;
         self.writer = Some(BufWriter::new(file));
         Ok(())
     }
 
     /// Appends one step's row; flushes every `flush_every` rows.
-    pub fn row(&mut self, step: i64, wall_time: f64, values: &[(&str, f64)]) -> std::io::Result<()> {
+    pub fn row(
+        &mut self,
+        step: i64,
+        wall_time: f64,
+        values: &[(&str, f64)],
+    ) -> std::io::Result<()> {
         let old = self.columns.len();
         for (name, _) in values {
             if !self.columns.iter().any(|c| c == name) {
@@ -170,14 +188,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut a = Archive::create(dir.path(), 1_796_234_667.0, "", "{\"lr\":0.1}", 10).unwrap();
         assert!(a.metrics_path.ends_with("run_20261202_180427_metrics.csv"));
-        assert_eq!(std::fs::read_to_string(&a.config_path).unwrap(), "{\"lr\":0.1}");
+        assert_eq!(
+            std::fs::read_to_string(&a.config_path).unwrap(),
+            "{\"lr\":0.1}"
+        );
         for step in 1..=12 {
-            a.row(step, 10.0 + step as f64, &[("loss", 1.0 / step as f64), ("lr", 0.1)]).unwrap();
+            a.row(
+                step,
+                10.0 + step as f64,
+                &[("loss", 1.0 / step as f64), ("lr", 0.1)],
+            )
+            .unwrap();
         }
         // 10 rows flushed, 2 still buffered: a crash now would lose only those.
         let text = std::fs::read_to_string(&a.metrics_path).unwrap();
         assert_eq!(text.lines().count(), 11);
-        a.row(13, 23.0, &[("loss", f64::NAN), ("grad_norm", 2.0)]).unwrap();
+        a.row(13, 23.0, &[("loss", f64::NAN), ("grad_norm", 2.0)])
+            .unwrap();
         a.flush().unwrap();
         let text = std::fs::read_to_string(&a.metrics_path).unwrap();
         let lines: Vec<&str> = text.lines().collect();

@@ -332,7 +332,11 @@ impl Collector {
             values,
         };
         self.stats.logged.fetch_add(1, Ordering::Relaxed);
-        if self.queue.try_send(Command::Record(record, archive)).is_err() {
+        if self
+            .queue
+            .try_send(Command::Record(record, archive))
+            .is_err()
+        {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -22,7 +22,10 @@ impl Drop for Sampler {
 fn cpu_times() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let v: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let idle = v.get(3)? + v.get(4).unwrap_or(&0);
     let total: u64 = v.iter().take(8).sum();
     Some((total - idle, total))
@@ -62,7 +65,13 @@ fn parse_nvidia(text: &str) -> Vec<(String, f64)> {
     for line in text.lines() {
         let cells: Vec<&str> = line.split(',').map(str::trim).collect();
         let Some(index) = cells.first() else { continue };
-        let names = ["mem_used_gb", "mem_total_gb", "util_percent", "temp_c", "power_w"];
+        let names = [
+            "mem_used_gb",
+            "mem_total_gb",
+            "util_percent",
+            "temp_c",
+            "power_w",
+        ];
         for (i, name) in names.iter().enumerate() {
             if let Some(v) = cells.get(i + 1).and_then(|c| c.parse::<f64>().ok()) {
                 let v = if i < 2 { v / 1024.0 } else { v };
@@ -100,7 +109,10 @@ pub fn start(collector: Arc<Collector>, every: Duration) -> Sampler {
                 let mut values: Vec<(String, f64)> = Vec::new();
                 if let (Some((b0, t0)), Some((b1, t1))) = (last_cpu, cpu_times()) {
                     if t1 > t0 {
-                        values.push(("sys/cpu_percent".into(), 100.0 * (b1 - b0) as f64 / (t1 - t0) as f64));
+                        values.push((
+                            "sys/cpu_percent".into(),
+                            100.0 * (b1 - b0) as f64 / (t1 - t0) as f64,
+                        ));
                     }
                 }
                 last_cpu = cpu_times();
@@ -137,7 +149,10 @@ mod tests {
         let v = parse_nvidia("0, 1024, 81920, 37, 45, 120.5\n1, 2048, 81920, [N/A], 50, 130\n");
         assert!(v.contains(&("gpu0/mem_used_gb".to_string(), 1.0)));
         assert!(v.contains(&("gpu0/power_w".to_string(), 120.5)));
-        assert!(!v.iter().any(|(k, _)| k == "gpu1/util_percent"), "N/A is skipped");
+        assert!(
+            !v.iter().any(|(k, _)| k == "gpu1/util_percent"),
+            "N/A is skipped"
+        );
         assert!(v.contains(&("gpu1/temp_c".to_string(), 50.0)));
     }
 }

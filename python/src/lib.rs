@@ -45,7 +45,10 @@ fn number(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     v.extract::<f64>().map(Some).map_err(|_| {
         PyTypeError::new_err(format!(
             "metric values must be numbers or scalar tensors, not {}",
-            v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })
 }
@@ -89,9 +92,9 @@ struct Run {
 impl Run {
     fn name_of(&mut self, key: &Bound<'_, PyString>) -> PyResult<usize> {
         let addr = key.as_ptr() as usize;
-        if !self.names.contains_key(&addr) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.names.entry(addr) {
             let text = key.to_cow()?.into_owned();
-            self.names.insert(addr, (key.clone().unbind(), text));
+            slot.insert((key.clone().unbind(), text));
         }
         Ok(addr)
     }
@@ -174,7 +177,12 @@ impl Run {
 
     /// Records one step. `step` defaults to the previous step + 1. Never blocks on the hub.
     #[pyo3(signature = (metrics, step = None))]
-    fn log(&mut self, py: Python<'_>, metrics: &Bound<'_, PyDict>, step: Option<i64>) -> PyResult<()> {
+    fn log(
+        &mut self,
+        py: Python<'_>,
+        metrics: &Bound<'_, PyDict>,
+        step: Option<i64>,
+    ) -> PyResult<()> {
         let Some(c) = self.collector.clone() else {
             return Ok(());
         };

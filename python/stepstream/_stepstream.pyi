@@ -1,0 +1,36 @@
+from typing import Any, Mapping, Optional
+
+__version__: str
+PROTOCOL_VERSION: int
+
+class Run:
+    def __init__(
+        self,
+        hub: str,
+        project: str,
+        name: str,
+        *,
+        config_json: str = "{}",
+        run_id: Optional[str] = None,
+        token: Optional[str] = None,
+        rank: int = 0,
+        world_size: int = 1,
+        archive_dir: Optional[str] = None,
+        archive_tag: str = "",
+        flush_every: int = 10,
+        defer_every: int = 10,
+        system_interval: Optional[float] = None,
+    ) -> None: ...
+    def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None: ...
+    def flush(self) -> None: ...
+    def finish(self, status: str = "finished", message: Optional[str] = None, timeout: float = 30.0) -> dict: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def metrics_csv(self) -> Optional[str]: ...
+    @property
+    def config_path(self) -> Optional[str]: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def last_error(self) -> Optional[str]: ...
