@@ -472,23 +472,27 @@ fn tokens_guard_writes_and_reads() {
 }
 
 #[test]
-fn collector_started_before_the_hub_delivers_everything() {
+fn collector_started_before_the_hub_spools_and_delivers_everything() {
     let port = free_port();
-    let run = Collector::start(Options::new(
-        &format!("ws://127.0.0.1:{port}"),
-        "tests",
-        "early",
-    ))
-    .unwrap();
+    let spool_dir = tempfile::tempdir().unwrap();
+    let mut options = Options::new(&format!("ws://127.0.0.1:{port}"), "tests", "early");
+    // A tiny memory budget, so the outage spills to the spool file.
+    options.memory_records = 50;
+    options.spool_dir = Some(spool_dir.path().to_path_buf());
+    let run = Collector::start(options).unwrap();
     let id = run.run_id().clone();
     for step in 0..500 {
         run.log(step, &[("loss", step as f64)]);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    let spool = spool_dir.path().join(format!("{id}.spool"));
+    wait_for("the spool file to fill", Duration::from_secs(10), || {
+        (std::fs::metadata(&spool).ok()?.len() > 1000).then_some(())
+    });
     let dir = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(BIN)
         .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--db"])
         .arg(dir.path().join("hub.db"))
+        .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -496,15 +500,21 @@ fn collector_started_before_the_hub_delivers_everything() {
         run.log(step, &[("loss", step as f64)]);
     }
     let report = run.finish(Outcome::Finished);
-    let detail = http_get(
-        &format!("127.0.0.1:{port}"),
-        &format!("/api/runs/{id}"),
-        None,
-    );
+    let hub = format!("127.0.0.1:{port}");
+    let detail = http_get(&hub, &format!("/api/runs/{id}"), None);
+    let csv = http_get(&hub, &format!("/api/runs/{id}/metrics.csv"), None);
     child.kill().unwrap();
     let _ = child.wait();
     assert!(report.delivered, "{report:?}");
     let detail: serde_json::Value = serde_json::from_slice(&detail.body).unwrap();
     assert_eq!(detail["records"], 1000);
     assert_eq!(detail["last_step"], 999);
+    let (_, rows) = parse_csv(&csv.text());
+    let steps: Vec<i64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (0..1000).collect::<Vec<_>>(),
+        "every step once, in order"
+    );
+    assert!(!spool.exists(), "the spool is removed once delivered");
 }

@@ -18,6 +18,7 @@
 
 pub mod archive;
 mod sender;
+mod spool;
 pub mod system;
 pub mod tail;
 
@@ -59,6 +60,11 @@ pub struct Options {
     pub archive_tag: String,
     /// Archive rows buffered between flushes.
     pub flush_every: usize,
+    /// Records kept in memory while the hub is away or slow; beyond, batches are spooled to
+    /// a file in `spool_dir` and read back in order.
+    pub memory_records: usize,
+    /// Where the spool file goes (default: the system temp dir's `stepstream-spool/`).
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -79,6 +85,8 @@ impl Options {
             archive_dir: None,
             archive_tag: String::new(),
             flush_every: 10,
+            memory_records: 500_000,
+            spool_dir: None,
         }
     }
 }

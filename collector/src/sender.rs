@@ -21,9 +21,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Batches sent and not yet acknowledged, at most.
 const WINDOW: u64 = 32;
-/// Records held in memory (queued for sending or awaiting acknowledgement), at most; beyond
-/// it the sender stops taking from the queue, and `log` drops once that fills too.
-const MAX_BUFFERED: usize = 2_000_000;
+/// Records held in all (memory and spool), at most; beyond it the sender stops taking from
+/// the queue, and `log` drops (and counts) once that fills too.
+const MAX_BUFFERED: usize = 100_000_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -40,8 +40,16 @@ pub(crate) struct Sender {
     building: Vec<StepRecord>,
     pending: VecDeque<Batch>,
     next_seq: u64,
-    /// Records in `building` and `pending`.
+    /// Every batch up to this one is acknowledged; what is held starts right after it.
+    acked_seq: u64,
+    /// Records in `building`, `pending` and the spool.
     buffered: usize,
+    /// Records in `building` and `pending` (memory); above `options.memory_records` sealed
+    /// batches go to the spool file instead.
+    in_memory: usize,
+    spool: Option<crate::spool::Spool>,
+    /// The spool could not be written (disk full...): stay within memory.
+    spool_failed: bool,
     /// A hub has welcomed this process at least once.
     welcomed: bool,
     finish: Option<(FinishStatus, Option<oneshot::Sender<bool>>)>,
@@ -74,7 +82,11 @@ impl Sender {
             building: Vec::new(),
             pending: VecDeque::new(),
             next_seq: 1,
+            acked_seq: 0,
             buffered: 0,
+            in_memory: 0,
+            spool: None,
+            spool_failed: false,
             welcomed: false,
             finish: None,
             archive,
@@ -98,7 +110,12 @@ impl Sender {
     }
 
     fn can_buffer(&self) -> bool {
-        self.buffered < MAX_BUFFERED && self.finish.is_none()
+        let room = if self.spool_failed {
+            self.in_memory < self.options.memory_records
+        } else {
+            self.buffered < MAX_BUFFERED
+        };
+        room && self.finish.is_none()
     }
 
     fn take(&mut self, cmd: Option<Command>) {
@@ -113,6 +130,12 @@ impl Sender {
                 }
                 self.building.push(r);
                 self.buffered += 1;
+                self.in_memory += 1;
+                let batch = self.options.max_batch.max(1);
+                let over = self.in_memory > self.options.memory_records;
+                if self.building.len() >= batch || (over && self.building.len() >= batch.min(64)) {
+                    self.seal();
+                }
             }
             Some(Command::Flush) => {}
             Some(Command::Finish(status, reply)) => {
@@ -171,27 +194,92 @@ impl Sender {
         }
     }
 
-    /// Seals `building` into batches of at most `max_batch` records.
+    /// Seals `building` into batches of at most `max_batch` records, kept in memory while
+    /// they fit `memory_records`, spooled to disk after (in order: once anything is spooled,
+    /// later batches follow it there until it drains).
     fn seal(&mut self) {
         while !self.building.is_empty() {
             let n = self.building.len().min(self.options.max_batch.max(1));
             let records: Vec<StepRecord> = self.building.drain(..n).collect();
-            self.pending.push_back(Batch {
+            let batch = Batch {
                 seq: self.next_seq,
                 records,
-            });
+            };
             self.next_seq += 1;
+            let spooling = self.spool.as_ref().is_some_and(|s| !s.is_empty())
+                || self.in_memory > self.options.memory_records;
+            if spooling && !self.spool_failed {
+                match self.spool_push(batch) {
+                    Ok(()) => {
+                        self.in_memory -= n;
+                        continue;
+                    }
+                    Err((batch, e)) => {
+                        tracing::error!(error = %e, "stepstream: cannot spool; keeping records in memory");
+                        self.spool_failed = true;
+                        self.pending.push_back(batch);
+                    }
+                }
+            } else {
+                self.pending.push_back(batch);
+            }
+        }
+    }
+
+    fn spool_push(&mut self, batch: Batch) -> Result<(), (Batch, std::io::Error)> {
+        if self.spool.is_none() {
+            let dir = self
+                .options
+                .spool_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("stepstream-spool"));
+            let path = dir.join(format!("{}.spool", self.identity.run_id));
+            match crate::spool::Spool::create(&path) {
+                Ok(s) => {
+                    tracing::info!(path = %path.display(), "stepstream: memory budget reached; spooling to disk");
+                    self.spool = Some(s);
+                }
+                Err(e) => return Err((batch, e)),
+            }
+        }
+        let spool = self.spool.as_mut().expect("created above");
+        let copy = batch.clone();
+        spool.push(batch).map_err(|e| (copy, e))
+    }
+
+    /// Moves spooled batches back into memory while there is room.
+    fn refill(&mut self) {
+        let limit = self.options.memory_records / 2;
+        while self.in_memory < limit.max(1) {
+            let Some(spool) = self.spool.as_mut() else {
+                return;
+            };
+            match spool.pop() {
+                Ok(Some(b)) => {
+                    self.in_memory += b.records.len();
+                    self.pending.push_back(b);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "stepstream: spool unreadable");
+                    self.spool = None;
+                    return;
+                }
+            }
         }
     }
 
     fn acked_through(&mut self, through: u64) {
+        self.acked_seq = self.acked_seq.max(through);
         while self.pending.front().is_some_and(|b| b.seq <= through) {
             let b = self.pending.pop_front().expect("front exists");
             self.buffered -= b.records.len();
+            self.in_memory -= b.records.len();
             self.stats
                 .acked
                 .fetch_add(b.records.len() as u64, Ordering::Relaxed);
         }
+        self.refill();
         self.stats
             .unacked
             .store(self.buffered as u64, Ordering::Relaxed);
@@ -200,13 +288,18 @@ impl Sender {
     fn welcome(&mut self, w: &Welcome) {
         if !self.welcomed && w.last_seq > 0 {
             // A new process continuing a stored run: number our batches after the hub's.
+            // What we hold is contiguous from `acked_seq + 1`, in memory then in the spool.
             self.seal();
-            let mut seq = w.last_seq;
+            let first = self.acked_seq + 1;
+            let shift = (w.last_seq + 1) as i64 - first as i64;
             for b in self.pending.iter_mut() {
-                seq += 1;
-                b.seq = seq;
+                b.seq = (b.seq as i64 + shift) as u64;
             }
-            self.next_seq = seq + 1;
+            if let Some(spool) = self.spool.as_mut() {
+                spool.shift += shift;
+            }
+            self.next_seq = (self.next_seq as i64 + shift) as u64;
+            self.acked_seq = w.last_seq;
         } else {
             self.acked_through(w.last_seq);
         }
@@ -291,10 +384,9 @@ impl Sender {
                 return lost(e.to_string(), true);
             }
         }
-        let mut acked = self
-            .pending
-            .front()
-            .map_or(self.next_seq - 1, |b| b.seq - 1);
+        self.refill();
+        // Batches may sit in the spool, not in `pending`: count from the last ack.
+        let mut acked = self.acked_seq;
         let mut sent = acked;
         let mut finish_sent = false;
         let mut last_send = Instant::now();
@@ -311,6 +403,7 @@ impl Sender {
             if sent - acked < WINDOW {
                 self.seal();
             }
+            self.refill();
             let mut wrote = false;
             for b in self.pending.iter() {
                 if b.seq <= sent {
@@ -326,7 +419,8 @@ impl Sender {
                 wrote = true;
             }
             if let Some((status, _)) = &self.finish {
-                if !finish_sent && self.pending.is_empty() && self.building.is_empty() {
+                let spooled = self.spool.as_ref().is_some_and(|s| !s.is_empty());
+                if !finish_sent && self.pending.is_empty() && self.building.is_empty() && !spooled {
                     let msg = ToHub::Finish(Finish {
                         status: status.clone(),
                         wall_time: unix_now(),

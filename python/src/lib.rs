@@ -126,7 +126,8 @@ impl Run {
     #[new]
     #[pyo3(signature = (hub, project, name, *, config_json = "{}".to_string(), run_id = None,
         token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
-        flush_every = 10, defer_every = 10, system_interval = None))]
+        flush_every = 10, defer_every = 10, system_interval = None, memory_records = 500_000,
+        spool_dir = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         hub: &str,
@@ -142,6 +143,8 @@ impl Run {
         flush_every: usize,
         defer_every: usize,
         system_interval: Option<f64>,
+        memory_records: usize,
+        spool_dir: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let mut o = Options::new(hub, project, name);
         o.config_json = config_json;
@@ -155,6 +158,8 @@ impl Run {
         o.archive_dir = archive_dir;
         o.archive_tag = archive_tag;
         o.flush_every = flush_every;
+        o.memory_records = memory_records.max(1);
+        o.spool_dir = spool_dir;
         let collector =
             Arc::new(Collector::start(o).map_err(|e| PyValueError::new_err(e.to_string()))?);
         let sampler = system_interval

@@ -145,6 +145,8 @@ def init(
     system_metrics: bool = True,
     system_interval: float = 5.0,
     defer_every: int = 10,
+    memory_records: int = 500_000,
+    spool_dir: Optional[str] = None,
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 
@@ -152,6 +154,9 @@ def init(
     archive_dir: where the CSV and config are archived (None: no archive).
     defer_every: framework tensors handed to ``log`` are converted every N records, so
         ``log`` never forces a device sync per step.
+    memory_records / spool_dir: while the hub is away, up to this many records wait in
+        memory; the rest go to a spool file (default: ``<archive_dir>/.spool``, else the temp
+        dir) and are sent, in order, when the hub is back.
     """
     rank, world_size, _local = detect_rank()
     if rank != 0 and not all_ranks:
@@ -169,6 +174,8 @@ def init(
         if run_id:
             run_id = f"{run_id}-r{rank}"
     config_json = json.dumps(dict(config or {}), default=str, sort_keys=True)
+    if spool_dir is None and archive_dir is not None:
+        spool_dir = os.path.join(archive_dir, ".spool")
     native = _NativeRun(
         hub,
         project,
@@ -183,5 +190,7 @@ def init(
         flush_every=flush_every,
         defer_every=defer_every,
         system_interval=system_interval if system_metrics else None,
+        memory_records=memory_records,
+        spool_dir=spool_dir,
     )
     return Run(native, rank, world_size)

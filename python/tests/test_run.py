@@ -56,10 +56,14 @@ def test_bad_values_are_clear_errors():
 
 def test_hub_down_at_start_then_up_gets_every_step(make_hub, tmp_path):
     hub = make_hub(start=False)
-    run = stepstream.init(hub=hub.url, name="early", archive_dir=str(tmp_path), system_metrics=False)
+    run = stepstream.init(hub=hub.url, name="early", archive_dir=str(tmp_path), system_metrics=False,
+                          memory_records=50)
     for step in range(300):
         run.log({"loss": float(step)}, step=step)
         if step == 150:
+            spool = tmp_path / ".spool" / f"{run.run_id}.spool"
+            hub.wait("the outage to spill to the spool",
+                     lambda: spool.exists() and spool.stat().st_size > 0, timeout=10)
             hub.start()
     report = run.finish(timeout=60)
     assert report["delivered"], report
