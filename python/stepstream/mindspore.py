@@ -40,7 +40,12 @@ from mindspore.train import Callback
 
 import stepstream
 
-__all__ = ["StepStreamCallback", "TrainOneStepWithGradNorm", "global_norm"]
+__all__ = [
+    "StepStreamCallback",
+    "TrainOneStepWithGradNorm",
+    "TrainOneStepWithLossScaleGradNorm",
+    "global_norm",
+]
 
 import numpy as _np
 
@@ -81,6 +86,48 @@ class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
         norm = global_norm(grads)
         loss = ops.depend(loss, self.optimizer(grads))
         return loss, norm
+
+
+_grad_unscale = ops.MultitypeFuncGraph("_stepstream_grad_unscale")
+
+
+@_grad_unscale.register("Tensor", "Tensor")
+def _grad_unscale_tensor(scale, grad):
+    return grad * ops.cast(ops.reciprocal(scale), ops.dtype(grad))
+
+
+_non_finite = ops.MultitypeFuncGraph("_stepstream_non_finite")
+
+
+@_non_finite.register("Tensor")
+def _non_finite_count(g):
+    return ops.reduce_sum(ops.cast(ops.logical_not(ops.isfinite(g)), ms.float32))
+
+
+class TrainOneStepWithLossScaleGradNorm(nn.TrainOneStepWithLossScaleCell):
+    """The loss-scale train cell that also returns the learning rate it applied and the
+    global norm of the unscaled gradients, in MindFormers' layout:
+    ``(loss, overflow, loss_scale, lr, grad_norm)``.
+
+    Overflow is detected with ``isfinite`` on the gradients (one reduction per gradient, on
+    every backend, CPU included, where the NPU float-status path does not exist). A step that
+    overflows is skipped and the scale manager lowers the scale, as in the base class.
+    """
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        scaling_sens = self.scale_sense
+        filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
+        grads = self.grad(self.network, self.weights)(*inputs, filled)
+        grads = self.hyper_map(ops.partial(_grad_unscale, scaling_sens), grads)
+        grads = self.grad_reducer(grads)
+        cond = ops.addn(self.hyper_map(_non_finite, grads)) > 0
+        overflow = self.process_loss_scale(cond)
+        norm = global_norm(grads)
+        lr = self.optimizer.get_lr()  # before the update: the rate this step applies
+        if not overflow:
+            loss = ops.depend(loss, self.optimizer(grads))
+        return loss, cond, scaling_sens, lr, norm
 
 
 def _scalar(t) -> float:

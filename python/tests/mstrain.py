@@ -14,7 +14,11 @@ from mindspore import Model, nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from mindspore.train import Callback
 
-from stepstream.mindspore import StepStreamCallback, TrainOneStepWithGradNorm
+from stepstream.mindspore import (
+    StepStreamCallback,
+    TrainOneStepWithGradNorm,
+    TrainOneStepWithLossScaleGradNorm,
+)
 
 ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -51,11 +55,15 @@ def data(n=64, seed=0):
     return x, y
 
 
-def build(total_steps, seed=1):
+def build(total_steps, seed=1, loss_scale=None):
     ms.set_seed(seed)
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 4))
     opt = nn.Momentum(net.trainable_params(), learning_rate=WarmupCosine(total_steps), momentum=0.9)
-    cell = TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt)
+    with_loss = nn.WithLossCell(net, nn.MSELoss())
+    if loss_scale is None:
+        cell = TrainOneStepWithGradNorm(with_loss, opt)
+    else:
+        cell = TrainOneStepWithLossScaleGradNorm(with_loss, opt, scale_sense=loss_scale)
     return net, cell
 
 
@@ -67,10 +75,10 @@ class Slow(Callback):
         time.sleep(self.seconds)
 
 
-def train(hub, archive_dir, epochs=3, batch=8, extra_callbacks=(), **cb_kwargs):
+def train(hub, archive_dir, epochs=3, batch=8, extra_callbacks=(), loss_scale=None, **cb_kwargs):
     x, y = data()
     steps = epochs * (len(x) // batch)
-    net, cell = build(steps)
+    net, cell = build(steps, loss_scale=loss_scale)
     initial = [p.asnumpy().copy() for p in net.trainable_params()]
     dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(batch)
     cb = StepStreamCallback(hub=hub, project="mindspore", name="mlp", archive_dir=archive_dir,

@@ -112,3 +112,22 @@ def test_training_with_the_hub_down_then_up_ends_complete(make_hub, tmp_path):
     info = hub.wait("every step", lambda: (r := hub.run(run.run_id))["records"] == steps and r, timeout=60)
     assert info["status"] == "finished"
     assert sorted(hub.series(run.run_id, "loss")) == list(range(1, steps + 1))
+
+
+def test_loss_scale_cell_reports_scale_overflow_lr_and_unscaled_norm(hub, tmp_path):
+    from mindspore import nn as msnn
+
+    manager = msnn.DynamicLossScaleUpdateCell(loss_scale_value=2.0**10, scale_factor=2, scale_window=4)
+    run, steps, initial, (x, y) = mstrain.train(hub.url, str(tmp_path), loss_scale=manager, perplexity=True)
+    hub.wait("the run to finish", lambda: hub.run(run.run_id)["status"] == "finished")
+    scale = hub.series(run.run_id, "loss_scale")
+    assert sorted(scale) == list(range(1, steps + 1))
+    assert scale[1] == 1024.0 and max(scale.values()) > 1024.0, "the dynamic scale grows"
+    assert set(hub.series(run.run_id, "overflow").values()) == {0.0}
+    lr = hub.series(run.run_id, "lr")
+    for step, value in lr.items():
+        assert value == pytest.approx(mstrain.schedule(step - 1, steps), rel=1e-5), f"lr at step {step}"
+    gnorm = hub.series(run.run_id, "grad_norm")
+    assert gnorm[1] == pytest.approx(numpy_grad_norm(initial, x[:8], y[:8]), rel=1e-4)
+    loss, ppl = hub.series(run.run_id, "loss"), hub.series(run.run_id, "perplexity")
+    assert ppl[5] == pytest.approx(np.exp(loss[5]), rel=1e-9)
