@@ -27,6 +27,8 @@ const MAX_BUFFERED: usize = 100_000_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often a connected sender looks at the queue.
+const POLL: Duration = Duration::from_millis(2);
 
 pub(crate) struct Sender {
     url: String,
@@ -441,7 +443,10 @@ impl Sender {
 
             let beat_at = last_send + self.options.heartbeat;
             tokio::select! {
-                cmd = commands.recv(), if self.can_buffer() => self.take(cmd),
+                // Poll the queue instead of awaiting it: an awaited queue makes every `log`
+                // wake this thread (a futex call on the training thread, per step); polling
+                // costs at most POLL of latency and no syscall in `log`.
+                _ = tokio::time::sleep(POLL), if self.can_buffer() => {}
                 msg = next_from_hub(&mut stream) => match msg {
                     Ok(FromHub::Ack(ack)) => {
                         acked = acked.max(ack.through_seq);
