@@ -10,6 +10,7 @@
 //! * `auth` — tokens.
 //! * `web` — the embedded web app.
 
+pub mod alerts;
 pub mod api;
 pub mod auth;
 pub mod downsample;
