@@ -18,8 +18,9 @@
 //! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`].
 //! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect and [`RunUpdate`] as runs change;
 //!   per subscribed run: [`Metrics`], [`Backfill`] chunks (history up to a sequence number),
-//!   then [`Live`] batches with higher sequence numbers only, [`StatusChange`], and
-//!   [`Resync`] when a slow viewer was caught up from storage.
+//!   then [`Live`] batches with higher sequence numbers only, [`StatusChange`],
+//!   [`Alert`]s (the run's stored ones first, then live), and [`Resync`] when a slow viewer
+//!   was caught up from storage.
 //!
 //! Sequence numbers make the seam between history and live exact: a viewer applies a
 //! [`Live`] batch only if its `seq` is above the `through_seq` of what it already holds.
@@ -336,6 +337,19 @@ pub struct Resync {
     pub reason: String,
 }
 
+/// An alert rule fired for a run, or stopped holding (`fired: false`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub run_id: RunId,
+    pub rule: String,
+    pub fired: bool,
+    pub step: i64,
+    pub value: f64,
+    pub message: String,
+    /// Hub clock, unix seconds.
+    pub at: f64,
+}
+
 /// Declares one direction's message enum, its kind bytes, and its encode/decode.
 macro_rules! direction {
     ($(#[$meta:meta])* $name:ident { $($variant:ident = $kind:literal,)* }) => {
@@ -417,6 +431,7 @@ direction! {
         Live = 0x34,
         StatusChange = 0x35,
         Resync = 0x36,
+        Alert = 0x37,
         HubError = 0x3f,
     }
 }

@@ -213,6 +213,19 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(),
         ),
+        (
+            "ToViewer_Alert",
+            ToViewer::Alert(Alert {
+                run_id: run_id(),
+                rule: "grad_explosion".into(),
+                fired: true,
+                step: 202,
+                value: 15.5,
+                message: "grad_norm 15.5 above 10x its rolling mean".into(),
+                at: 1_764_700_500.0,
+            })
+            .encode(),
+        ),
         ("ToViewer_HubError", ToViewer::HubError(hub_error).encode()),
     ]
 }

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod downsample;
 pub mod hub;
 pub mod ingest;
+pub mod notify;
 pub mod store;
 pub mod viewer;
 pub mod web;

@@ -1,0 +1,448 @@
+//! Alert notifications: where they go (`[[channels]]` in the alerts TOML file) and how.
+//!
+//! Every channel has its own task and bounded queue, so a channel that is down (retried with
+//! backoff) never delays another channel, and nothing here ever blocks ingestion: the hub
+//! only `try_send`s a notice. Bodies follow each robot's documented shape; DingTalk and
+//! Feishu requests are signed when a secret is configured.
+
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::Sha256;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The alerts file: rules, channels and delivery settings.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    pub rules: crate::alerts::Rules,
+    pub channels: Vec<Channel>,
+    /// Base URL of the web app, for links in messages (e.g. `http://hub.lab:7070`).
+    pub public_url: Option<String>,
+    /// Attempts per notice and channel (with exponential backoff from 0.5 s).
+    pub attempts: Option<u32>,
+}
+
+impl AlertsConfig {
+    pub fn load(path: &std::path::Path) -> Result<AlertsConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Channel {
+    /// POSTs the notice as JSON.
+    Webhook { url: String },
+    /// DingTalk custom robot; `secret` enables its signature.
+    Dingtalk { url: String, secret: Option<String> },
+    /// WeCom (enterprise WeChat) group robot.
+    Wecom { url: String },
+    /// Feishu / Lark custom bot; `secret` enables its signature.
+    Feishu { url: String, secret: Option<String> },
+    /// Slack incoming webhook.
+    Slack { url: String },
+    /// Email over SMTP; `starttls` for servers that require it, plain for local relays.
+    Email {
+        server: String,
+        #[serde(default)]
+        starttls: bool,
+        username: Option<String>,
+        password: Option<String>,
+        from: String,
+        to: Vec<String>,
+    },
+}
+
+impl Channel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Channel::Webhook { .. } => "webhook",
+            Channel::Dingtalk { .. } => "dingtalk",
+            Channel::Wecom { .. } => "wecom",
+            Channel::Feishu { .. } => "feishu",
+            Channel::Slack { .. } => "slack",
+            Channel::Email { .. } => "email",
+        }
+    }
+}
+
+/// One alert event, as every channel renders it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Notice {
+    pub run_id: String,
+    pub project: String,
+    pub run_name: String,
+    pub rule: String,
+    /// `fired` or `resolved`.
+    pub state: &'static str,
+    pub step: i64,
+    pub value: f64,
+    pub message: String,
+    pub at: f64,
+    pub link: Option<String>,
+}
+
+impl Notice {
+    fn title(&self) -> String {
+        let what = if self.state == "fired" { "ALERT" } else { "resolved" };
+        format!("[stepstream {what}] {}/{}: {}", self.project, self.run_name, self.rule)
+    }
+
+    fn text(&self) -> String {
+        let mut t = format!(
+            "{}\nrun {} ({}), step {}, value {}\n{}",
+            self.title(),
+            self.run_name,
+            self.run_id,
+            self.step,
+            self.value,
+            self.message
+        );
+        if let Some(link) = &self.link {
+            t.push_str(&format!("\n{link}"));
+        }
+        t
+    }
+
+    fn markdown(&self) -> String {
+        let mut t = format!(
+            "### {}\n- run: **{}** (`{}`)\n- rule: **{}**\n- step: {}\n- value: {}\n\n{}",
+            self.title(),
+            self.run_name,
+            self.run_id,
+            self.rule,
+            self.step,
+            self.value,
+            self.message
+        );
+        if let Some(link) = &self.link {
+            t.push_str(&format!("\n\n[open the run]({link})"));
+        }
+        t
+    }
+}
+
+fn hmac_base64(key: &[u8], message: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(message);
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The URL and JSON body a robot channel receives for `n` at unix time `now` (seconds).
+pub fn request(channel: &Channel, n: &Notice, now: f64) -> Option<(String, serde_json::Value)> {
+    Some(match channel {
+        Channel::Webhook { url } => (url.clone(), serde_json::to_value(n).ok()?),
+        Channel::Slack { url } => (url.clone(), json!({ "text": n.text() })),
+        Channel::Wecom { url } => (
+            url.clone(),
+            json!({ "msgtype": "markdown", "markdown": { "content": n.markdown() } }),
+        ),
+        Channel::Dingtalk { url, secret } => {
+            let body = json!({
+                "msgtype": "markdown",
+                "markdown": { "title": n.title(), "text": n.markdown() },
+            });
+            let url = match secret {
+                Some(secret) => {
+                    // https://open.dingtalk.com: sign = base64(HMAC-SHA256(secret, "ts\nsecret"))
+                    let ts = (now * 1000.0) as i64;
+                    let sign = hmac_base64(secret.as_bytes(), format!("{ts}\n{secret}").as_bytes());
+                    let sep = if url.contains('?') { '&' } else { '?' };
+                    format!("{url}{sep}timestamp={ts}&sign={}", url_encode(&sign))
+                }
+                None => url.clone(),
+            };
+            (url, body)
+        }
+        Channel::Feishu { url, secret } => {
+            let mut body = json!({ "msg_type": "text", "content": { "text": n.text() } });
+            if let Some(secret) = secret {
+                // open.feishu.cn: sign = base64(HMAC-SHA256(key = "ts\nsecret", message = ""))
+                let ts = now as i64;
+                body["timestamp"] = json!(ts.to_string());
+                body["sign"] = json!(hmac_base64(format!("{ts}\n{secret}").as_bytes(), b""));
+            }
+            (url.clone(), body)
+        }
+        Channel::Email { .. } => return None,
+    })
+}
+
+fn post(url: &str, body: &serde_json::Value) -> Result<(), String> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build();
+    match agent
+        .post(url)
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+    {
+        Ok(_) => Ok(()),
+        Err(ureq::Error::Status(code, r)) => Err(format!(
+            "HTTP {code}: {}",
+            r.into_string().unwrap_or_default().chars().take(200).collect::<String>()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+/// A small SMTP client: EHLO, optional STARTTLS (rustls, web PKI roots) and AUTH PLAIN, one
+/// message.
+fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
+    let Channel::Email {
+        server,
+        starttls,
+        username,
+        password,
+        from,
+        to,
+    } = channel
+    else {
+        return Err("not an email channel".into());
+    };
+    let err = |e: std::io::Error| e.to_string();
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(server.as_str())
+        .map_err(err)?
+        .next()
+        .ok_or("no address for the SMTP server")?;
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).map_err(err)?;
+    let host = server.rsplit_once(':').map_or(server.as_str(), |(h, _)| h).to_string();
+    let mut conn: BufReader<Box<dyn Stream>> = BufReader::new(Box::new(tcp.try_clone().map_err(err)?));
+
+    fn reply(conn: &mut BufReader<Box<dyn Stream>>, want: u16) -> Result<String, String> {
+        let mut all = String::new();
+        loop {
+            let mut line = String::new();
+            if conn.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("the SMTP server closed the connection".into());
+            }
+            all.push_str(&line);
+            if line.len() < 4 || line.as_bytes()[3] != b'-' {
+                break;
+            }
+        }
+        let code: u16 = all.get(..3).and_then(|c| c.parse().ok()).unwrap_or(0);
+        if code != want {
+            return Err(format!("SMTP: expected {want}, got {}", all.trim()));
+        }
+        Ok(all)
+    }
+    fn say(conn: &mut BufReader<Box<dyn Stream>>, line: &str, want: u16) -> Result<String, String> {
+        conn.get_mut()
+            .write_all(format!("{line}\r\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        reply(conn, want)
+    }
+
+    reply(&mut conn, 220)?;
+    say(&mut conn, "EHLO stepstream", 250)?;
+    if *starttls {
+        say(&mut conn, "STARTTLS", 220)?;
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+        let tls = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        conn = BufReader::new(Box::new(rustls::StreamOwned::new(tls, tcp)));
+        say(&mut conn, "EHLO stepstream", 250)?;
+    }
+    if let (Some(user), Some(pass)) = (username, password) {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("\0{user}\0{pass}"));
+        say(&mut conn, &format!("AUTH PLAIN {token}"), 235)?;
+    }
+    say(&mut conn, &format!("MAIL FROM:<{from}>"), 250)?;
+    for rcpt in to {
+        say(&mut conn, &format!("RCPT TO:<{rcpt}>"), 250)?;
+    }
+    say(&mut conn, "DATA", 354)?;
+    let body: String = n
+        .text()
+        .lines()
+        .map(|l| if l.starts_with('.') { format!(".{l}\r\n") } else { format!("{l}\r\n") })
+        .collect();
+    let message = format!(
+        "From: {from}\r\nTo: {}\r\nSubject: {}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{body}.",
+        to.join(", "),
+        n.title()
+    );
+    say(&mut conn, &message, 250)?;
+    let _ = say(&mut conn, "QUIT", 221);
+    Ok(())
+}
+
+fn deliver(channel: &Channel, n: &Notice) -> Result<(), String> {
+    match channel {
+        Channel::Email { .. } => send_mail(channel, n),
+        other => {
+            let (url, body) = request(other, n, stepstream_protocol::unix_now()).expect("robot channel");
+            post(&url, &body)
+        }
+    }
+}
+
+/// Fans notices out to the channels.
+#[derive(Clone, Default)]
+pub struct Notifier {
+    queues: Vec<(&'static str, mpsc::Sender<Notice>)>,
+    pub public_url: Option<String>,
+}
+
+impl Notifier {
+    pub fn start(config: &AlertsConfig) -> Notifier {
+        let attempts = config.attempts.unwrap_or(6).max(1);
+        let queues = config
+            .channels
+            .iter()
+            .cloned()
+            .map(|channel| {
+                let (tx, mut rx) = mpsc::channel::<Notice>(1024);
+                let name = channel.name();
+                let channel = Arc::new(channel);
+                tokio::spawn(async move {
+                    while let Some(notice) = rx.recv().await {
+                        let mut delay = Duration::from_millis(500);
+                        for attempt in 1..=attempts {
+                            let (c, n) = (channel.clone(), notice.clone());
+                            let outcome = tokio::task::spawn_blocking(move || deliver(&c, &n))
+                                .await
+                                .unwrap_or_else(|e| Err(e.to_string()));
+                            match outcome {
+                                Ok(()) => {
+                                    tracing::info!(channel = name, rule = %notice.rule, run = %notice.run_id, "alert delivered");
+                                    break;
+                                }
+                                Err(e) if attempt < attempts => {
+                                    tracing::warn!(channel = name, attempt, error = %e, "alert delivery failed; retrying");
+                                    tokio::time::sleep(delay).await;
+                                    delay = (delay * 2).min(Duration::from_secs(30));
+                                }
+                                Err(e) => {
+                                    tracing::error!(channel = name, error = %e, "alert not delivered; giving up");
+                                }
+                            }
+                        }
+                    }
+                });
+                (name, tx)
+            })
+            .collect();
+        Notifier {
+            queues,
+            public_url: config.public_url.clone(),
+        }
+    }
+
+    /// Queues a notice for every channel; never waits.
+    pub fn send(&self, notice: Notice) {
+        for (name, q) in &self.queues {
+            if q.try_send(notice.clone()).is_err() {
+                tracing::warn!(channel = name, "alert queue full; notice dropped");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notice() -> Notice {
+        Notice {
+            run_id: "r1".into(),
+            project: "llama".into(),
+            run_name: "lr-3e-4".into(),
+            rule: "non_finite".into(),
+            state: "fired",
+            step: 250,
+            value: f64::NAN,
+            message: "loss is NaN at step 250".into(),
+            at: 1.0,
+            link: Some("http://hub/?run=r1".into()),
+        }
+    }
+
+    #[test]
+    fn dingtalk_signature_matches_its_documented_recipe() {
+        let ch = Channel::Dingtalk {
+            url: "https://oapi.dingtalk.com/robot/send?access_token=T".into(),
+            secret: Some("SEC".into()),
+        };
+        let (url, body) = request(&ch, &notice(), 1_700_000_000.123).unwrap();
+        let expected = hmac_base64(b"SEC", b"1700000000123\nSEC");
+        assert!(url.contains("&timestamp=1700000000123&sign="), "{url}");
+        assert!(url.ends_with(&url_encode(&expected)));
+        assert_eq!(body["msgtype"], "markdown");
+        assert!(body["markdown"]["text"].as_str().unwrap().contains("step: 250"));
+    }
+
+    #[test]
+    fn feishu_signature_and_shapes() {
+        let ch = Channel::Feishu { url: "http://x".into(), secret: Some("S".into()) };
+        let (_, body) = request(&ch, &notice(), 1_700_000_000.0).unwrap();
+        assert_eq!(body["timestamp"], "1700000000");
+        assert_eq!(body["sign"], hmac_base64(b"1700000000\nS", b""));
+        assert!(body["content"]["text"].as_str().unwrap().contains("lr-3e-4"));
+        let (_, slack) = request(&Channel::Slack { url: "http://x".into() }, &notice(), 0.0).unwrap();
+        assert!(slack["text"].as_str().unwrap().contains("http://hub/?run=r1"));
+        let (_, wecom) = request(&Channel::Wecom { url: "http://x".into() }, &notice(), 0.0).unwrap();
+        assert_eq!(wecom["msgtype"], "markdown");
+    }
+
+    #[test]
+    fn config_file_parses() {
+        let cfg: AlertsConfig = toml::from_str(
+            r#"
+            public_url = "http://hub:7070"
+            [rules.loss_spike]
+            mads = 20.0
+            [rules.memory]
+            enabled = false
+            [[channels]]
+            kind = "dingtalk"
+            url = "https://oapi.dingtalk.com/robot/send?access_token=T"
+            secret = "SEC"
+            [[channels]]
+            kind = "email"
+            server = "127.0.0.1:25"
+            from = "hub@lab"
+            to = ["oncall@lab"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.rules.loss_spike.mads, 20.0);
+        assert!(!cfg.rules.memory.enabled);
+        assert!(cfg.rules.non_finite.enabled, "unset rules keep their defaults");
+        assert_eq!(cfg.channels.len(), 2);
+        assert!(toml::from_str::<AlertsConfig>("[rules.nope]\nx = 1").is_err(), "typos are errors");
+    }
+}
