@@ -77,6 +77,10 @@ struct ServeArgs {
     /// fsync every commit: survive power loss too, not only a killed process.
     #[arg(long)]
     fsync: bool,
+    /// Alert rules and notification channels (TOML; see README). Without it the default
+    /// rules run and alerts show in the web app, with no notifications.
+    #[arg(long, env = "STEPSTREAM_ALERTS")]
+    alerts: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -147,6 +151,12 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
         fsync: args.fsync,
         insecure_no_auth: args.insecure_no_auth,
+        alerts: match &args.alerts {
+            Some(path) => {
+                stepstream_server::notify::AlertsConfig::load(path).map_err(anyhow::Error::msg)?
+            }
+            None => Default::default(),
+        },
     };
     if args.insecure_no_auth {
         tracing::warn!(
@@ -181,6 +191,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         auth: Auth::default(),
         fsync: false,
         insecure_no_auth: false,
+        alerts: Default::default(),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let running = rt

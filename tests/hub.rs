@@ -518,3 +518,45 @@ fn collector_started_before_the_hub_spools_and_delivers_everything() {
     );
     assert!(!spool.exists(), "the spool is removed once delivered");
 }
+
+#[test]
+fn alerts_fire_resolve_and_reach_the_api_and_viewers() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "tests", "nan-run")).unwrap();
+    let id = run.run_id().clone();
+    let mut viewer = Viewer::connect(&hub);
+    for step in 0..400i64 {
+        let loss = if step == 150 {
+            f64::NAN
+        } else {
+            2.0 / (1.0 + step as f64 * 0.01)
+        };
+        run.log(step, &[("loss", loss), ("grad_norm", 1.0)]);
+        if step == 10 {
+            run.flush();
+            wait_for("the run", Duration::from_secs(10), || {
+                hub.run_json(id.as_str())
+            });
+            viewer.subscribe(std::slice::from_ref(&id), None);
+        }
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    let alerts = hub.json(&format!("/api/runs/{id}/alerts"));
+    let list = alerts["alerts"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{alerts}");
+    assert_eq!(
+        (
+            list[0]["rule"].as_str(),
+            list[0]["state"].as_str(),
+            list[0]["step"].as_i64()
+        ),
+        (Some("non_finite"), Some("fired"), Some(150))
+    );
+    assert_eq!(list[0]["value"], "NaN");
+    assert_eq!(
+        (list[1]["state"].as_str(), list[1]["step"].as_i64()),
+        (Some("resolved"), Some(151))
+    );
+    assert!(viewer.pump(Duration::from_secs(10), |v| v.alerts.len() >= 2));
+    assert!(viewer.alerts[0].fired && viewer.alerts[0].step == 150);
+}

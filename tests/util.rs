@@ -252,6 +252,7 @@ pub struct Viewer {
     pub runs: HashMap<RunId, Seen>,
     pub run_list: Vec<RunSummary>,
     pub errors: Vec<HubError>,
+    pub alerts: Vec<Alert>,
 }
 
 impl Viewer {
@@ -268,6 +269,7 @@ impl Viewer {
             runs: HashMap::new(),
             run_list: Vec::new(),
             errors: Vec::new(),
+            alerts: Vec::new(),
         }
     }
 
@@ -358,6 +360,7 @@ impl Viewer {
             }
             ToViewer::Resync(r) => self.runs.entry(r.run_id).or_default().resyncs += 1,
             ToViewer::HubError(e) => self.errors.push(e),
+            ToViewer::Alert(a) => self.alerts.push(a),
         }
     }
 }

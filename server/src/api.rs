@@ -302,6 +302,30 @@ pub async fn export_csv(
         .into_response())
 }
 
+/// The run's alerts (fired and resolved), oldest first.
+pub async fn alerts(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = find(&app, &id)?;
+    let run_id = run.state(|st| st.identity.run_id.clone());
+    let alerts = app.hub.store.alerts(run.key, run_id).await?;
+    let list: Vec<Value> = alerts
+        .iter()
+        .map(|a| {
+            json!({
+                "rule": a.rule,
+                "state": if a.fired { "fired" } else { "resolved" },
+                "step": a.step,
+                "value": json_f64(a.value),
+                "message": a.message,
+                "at": a.at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "run_id": id, "alerts": list })))
+}
+
 /// The run's hyper-parameters, as the collector sent them.
 pub async fn export_config(
     State(app): State<AppState>,

@@ -47,6 +47,7 @@ pub enum LiveEvent {
     },
     Metrics(Vec<MetricDef>),
     Status(StatusChange),
+    Alert(stepstream_protocol::Alert),
 }
 
 /// Why the hub refused something a collector sent.
@@ -87,6 +88,8 @@ pub struct RunState {
     pub metrics: Vec<MetricDef>,
     /// Changed since the last run-list update was published.
     dirty: bool,
+    /// The alert rules' state for this run.
+    rules: crate::alerts::RunRules,
 }
 
 impl RunState {
@@ -145,6 +148,8 @@ impl Run {
 pub struct Hub {
     pub store: Store,
     policy: StatusPolicy,
+    rules: crate::alerts::Rules,
+    notifier: crate::notify::Notifier,
     runs: RwLock<HashMap<RunId, Arc<Run>>>,
     updates: broadcast::Sender<Bytes>,
 }
@@ -159,10 +164,12 @@ impl Hub {
         store: Store,
         stored: Vec<crate::store::StoredRun>,
         policy: StatusPolicy,
+        alerts: &crate::notify::AlertsConfig,
     ) -> Arc<Hub> {
         let runs = stored
             .into_iter()
             .map(|s| {
+                let rules = crate::alerts::RunRules::new(&s.identity.config_json);
                 let run = Run {
                     key: s.key,
                     live: broadcast::channel(LIVE_CAPACITY).0,
@@ -172,6 +179,7 @@ impl Hub {
                         status: s.status,
                         status_message: s.status_message,
                         last_activity: s.last_activity,
+                        rules,
                         tail: s.tail,
                         metrics: s.metrics,
                         dirty: false,
@@ -183,6 +191,8 @@ impl Hub {
         Arc::new(Hub {
             store,
             policy,
+            rules: alerts.rules.clone(),
+            notifier: crate::notify::Notifier::start(alerts),
             runs: RwLock::new(runs),
             updates: broadcast::channel(UPDATES_CAPACITY).0,
         })
@@ -267,6 +277,7 @@ impl Hub {
                         tail: RunTail::default(),
                         metrics: Vec::new(),
                         dirty: true,
+                        rules: crate::alerts::RunRules::new(&identity.config_json),
                     }),
                 });
                 self.runs
@@ -394,17 +405,109 @@ impl Hub {
         }));
         let _ = run.live.send(LiveEvent::Batch {
             seq,
-            records,
+            records: records.clone(),
             frame,
         });
         if revived {
             self.revived(run, run_id, now).await;
         }
+        let events = run.state_mut(|st| {
+            let RunState { rules, metrics, .. } = st;
+            let mut events = Vec::new();
+            for r in records.iter() {
+                let values: Vec<(&str, f64)> = r
+                    .values
+                    .iter()
+                    .filter_map(|&(id, v)| {
+                        let i = metrics.binary_search_by_key(&id, |m| m.id).ok()?;
+                        Some((metrics[i].name.as_str(), v))
+                    })
+                    .collect();
+                let findings = rules.findings(&self.rules, r.step, &values);
+                events.extend(rules.events(&self.rules, r.step, findings, now));
+            }
+            events
+        });
+        for e in events {
+            self.raise(run, e).await;
+        }
         Ok(Appended::Stored)
+    }
+
+    /// Stores an alert event, shows it to the run's viewers and notifies the channels.
+    async fn raise(&self, run: &Run, event: crate::alerts::Event) {
+        use crate::alerts::Event;
+        let (rule, fired, step, value, message) = match event {
+            Event::Fired {
+                rule,
+                step,
+                value,
+                message,
+            } => (rule, true, step, value, message),
+            Event::Resolved {
+                rule,
+                step,
+                message,
+            } => (rule, false, step, f64::NAN, message),
+        };
+        let (run_id, project, name) = run.state(|st| {
+            (
+                st.identity.run_id.clone(),
+                st.identity.project.clone(),
+                st.identity.name.clone(),
+            )
+        });
+        let alert = stepstream_protocol::Alert {
+            run_id: run_id.clone(),
+            rule: rule.to_string(),
+            fired,
+            step,
+            value,
+            message: message.clone(),
+            at: unix_now(),
+        };
+        if fired {
+            tracing::warn!(run = %run_id, rule, step, %message, "alert");
+        } else {
+            tracing::info!(run = %run_id, rule, step, "alert resolved");
+        }
+        if let Err(e) = self.store.add_alert(run.key, alert.clone()).await {
+            tracing::error!(error = %e, "could not store an alert");
+        }
+        let _ = run.live.send(LiveEvent::Alert(alert.clone()));
+        self.notifier.send(crate::notify::Notice {
+            link: self
+                .notifier
+                .public_url
+                .as_ref()
+                .map(|u| format!("{}/?run={run_id}", u.trim_end_matches('/'))),
+            run_id: run_id.to_string(),
+            project,
+            run_name: name,
+            rule: alert.rule,
+            state: if fired { "fired" } else { "resolved" },
+            step,
+            value,
+            message,
+            at: alert.at,
+        });
+    }
+
+    /// Feeds a status change to the stale rule.
+    async fn stale_rule(&self, run: &Run, stale: bool, message: &str) {
+        let now = unix_now();
+        let event = run.state_mut(|st| {
+            let step = st.tail.last_step.unwrap_or(0);
+            st.rules.stale(&self.rules, stale, step, message, now)
+        });
+        if let Some(e) = event {
+            self.raise(run, e).await;
+        }
     }
 
     async fn revived(&self, run: &Run, run_id: RunId, now: f64) {
         tracing::info!(run = %run_id, "stale run is sending again");
+        self.stale_rule(run, false, "").await;
         if let Err(e) = self
             .store
             .set_status(run.key, RunStatus::Running, None, now)
@@ -507,6 +610,9 @@ impl Hub {
                     .await
                 {
                     tracing::warn!(error = %e, "could not store a status change");
+                }
+                if status == RunStatus::Stale {
+                    self.stale_rule(&run, true, &message).await;
                 }
                 self.publish_status(
                     &run,

@@ -42,6 +42,8 @@ pub struct Settings {
     pub fsync: bool,
     /// Listen beyond loopback without tokens (a trusted network).
     pub insecure_no_auth: bool,
+    /// Alert rules and notification channels.
+    pub alerts: notify::AlertsConfig,
 }
 
 /// Shared by every handler.
@@ -82,6 +84,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/runs/{id}/series", get(api::series))
         .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
         .route("/api/runs/{id}/config.json", get(api::export_config))
+        .route("/api/runs/{id}/alerts", get(api::alerts))
         .route("/ws/viewer", get(viewer::viewer_socket))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -128,7 +131,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         })?;
     tracing::info!(db = %settings.db.display(), runs = runs.len(), "database open");
     let stale_after_s = settings.policy.stale_after.as_secs_f64();
-    let hub = Hub::new(store, runs, settings.policy.clone());
+    let hub = Hub::new(store, runs, settings.policy.clone(), &settings.alerts);
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
         .map_err(|source| ServeError::Bind {

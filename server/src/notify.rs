@@ -92,8 +92,15 @@ pub struct Notice {
 
 impl Notice {
     fn title(&self) -> String {
-        let what = if self.state == "fired" { "ALERT" } else { "resolved" };
-        format!("[stepstream {what}] {}/{}: {}", self.project, self.run_name, self.rule)
+        let what = if self.state == "fired" {
+            "ALERT"
+        } else {
+            "resolved"
+        };
+        format!(
+            "[stepstream {what}] {}/{}: {}",
+            self.project, self.run_name, self.rule
+        )
     }
 
     fn text(&self) -> String {
@@ -199,7 +206,11 @@ fn post(url: &str, body: &serde_json::Value) -> Result<(), String> {
         Ok(_) => Ok(()),
         Err(ureq::Error::Status(code, r)) => Err(format!(
             "HTTP {code}: {}",
-            r.into_string().unwrap_or_default().chars().take(200).collect::<String>()
+            r.into_string()
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect::<String>()
         )),
         Err(e) => Err(e.to_string()),
     }
@@ -228,9 +239,14 @@ fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
         .next()
         .ok_or("no address for the SMTP server")?;
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
-    tcp.set_read_timeout(Some(Duration::from_secs(30))).map_err(err)?;
-    let host = server.rsplit_once(':').map_or(server.as_str(), |(h, _)| h).to_string();
-    let mut conn: BufReader<Box<dyn Stream>> = BufReader::new(Box::new(tcp.try_clone().map_err(err)?));
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(err)?;
+    let host = server
+        .rsplit_once(':')
+        .map_or(server.as_str(), |(h, _)| h)
+        .to_string();
+    let mut conn: BufReader<Box<dyn Stream>> =
+        BufReader::new(Box::new(tcp.try_clone().map_err(err)?));
 
     fn reply(conn: &mut BufReader<Box<dyn Stream>>, want: u16) -> Result<String, String> {
         let mut all = String::new();
@@ -271,8 +287,10 @@ fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
-        let tls = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        let name =
+            rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+        let tls =
+            rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
         conn = BufReader::new(Box::new(rustls::StreamOwned::new(tls, tcp)));
         say(&mut conn, "EHLO stepstream", 250)?;
     }
@@ -288,7 +306,13 @@ fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
     let body: String = n
         .text()
         .lines()
-        .map(|l| if l.starts_with('.') { format!(".{l}\r\n") } else { format!("{l}\r\n") })
+        .map(|l| {
+            if l.starts_with('.') {
+                format!(".{l}\r\n")
+            } else {
+                format!("{l}\r\n")
+            }
+        })
         .collect();
     let message = format!(
         "From: {from}\r\nTo: {}\r\nSubject: {}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{body}.",
@@ -304,7 +328,8 @@ fn deliver(channel: &Channel, n: &Notice) -> Result<(), String> {
     match channel {
         Channel::Email { .. } => send_mail(channel, n),
         other => {
-            let (url, body) = request(other, n, stepstream_protocol::unix_now()).expect("robot channel");
+            let (url, body) =
+                request(other, n, stepstream_protocol::unix_now()).expect("robot channel");
             post(&url, &body)
         }
     }
@@ -402,19 +427,45 @@ mod tests {
         assert!(url.contains("&timestamp=1700000000123&sign="), "{url}");
         assert!(url.ends_with(&url_encode(&expected)));
         assert_eq!(body["msgtype"], "markdown");
-        assert!(body["markdown"]["text"].as_str().unwrap().contains("step: 250"));
+        assert!(body["markdown"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("step: 250"));
     }
 
     #[test]
     fn feishu_signature_and_shapes() {
-        let ch = Channel::Feishu { url: "http://x".into(), secret: Some("S".into()) };
+        let ch = Channel::Feishu {
+            url: "http://x".into(),
+            secret: Some("S".into()),
+        };
         let (_, body) = request(&ch, &notice(), 1_700_000_000.0).unwrap();
         assert_eq!(body["timestamp"], "1700000000");
         assert_eq!(body["sign"], hmac_base64(b"1700000000\nS", b""));
-        assert!(body["content"]["text"].as_str().unwrap().contains("lr-3e-4"));
-        let (_, slack) = request(&Channel::Slack { url: "http://x".into() }, &notice(), 0.0).unwrap();
-        assert!(slack["text"].as_str().unwrap().contains("http://hub/?run=r1"));
-        let (_, wecom) = request(&Channel::Wecom { url: "http://x".into() }, &notice(), 0.0).unwrap();
+        assert!(body["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("lr-3e-4"));
+        let (_, slack) = request(
+            &Channel::Slack {
+                url: "http://x".into(),
+            },
+            &notice(),
+            0.0,
+        )
+        .unwrap();
+        assert!(slack["text"]
+            .as_str()
+            .unwrap()
+            .contains("http://hub/?run=r1"));
+        let (_, wecom) = request(
+            &Channel::Wecom {
+                url: "http://x".into(),
+            },
+            &notice(),
+            0.0,
+        )
+        .unwrap();
         assert_eq!(wecom["msgtype"], "markdown");
     }
 
@@ -441,8 +492,14 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.rules.loss_spike.mads, 20.0);
         assert!(!cfg.rules.memory.enabled);
-        assert!(cfg.rules.non_finite.enabled, "unset rules keep their defaults");
+        assert!(
+            cfg.rules.non_finite.enabled,
+            "unset rules keep their defaults"
+        );
         assert_eq!(cfg.channels.len(), 2);
-        assert!(toml::from_str::<AlertsConfig>("[rules.nope]\nx = 1").is_err(), "typos are errors");
+        assert!(
+            toml::from_str::<AlertsConfig>("[rules.nope]\nx = 1").is_err(),
+            "typos are errors"
+        );
     }
 }

@@ -111,6 +111,11 @@ enum Command {
         key: RunKey,
         at: f64,
     },
+    AddAlert {
+        key: RunKey,
+        alert: stepstream_protocol::Alert,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Handle to the database; cheap to clone.
@@ -148,6 +153,16 @@ CREATE TABLE IF NOT EXISTS metrics (
     name TEXT NOT NULL,
     PRIMARY KEY (run_key, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS alerts (
+    run_key INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    fired INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    message TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_by_run ON alerts (run_key, at);
 CREATE TABLE IF NOT EXISTS batches (
     run_key INTEGER NOT NULL,
     seq INTEGER NOT NULL,
@@ -259,6 +274,38 @@ impl Store {
             message,
             at,
             reply,
+        })
+        .await
+    }
+
+    pub async fn add_alert(&self, key: RunKey, alert: stepstream_protocol::Alert) -> Result<()> {
+        self.call(|reply| Command::AddAlert { key, alert, reply })
+            .await
+    }
+
+    /// The run's alerts, oldest first.
+    pub async fn alerts(
+        &self,
+        key: RunKey,
+        run_id: RunId,
+    ) -> Result<Vec<stepstream_protocol::Alert>> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT rule, fired, step, value, message, at FROM alerts WHERE run_key = ?1 \
+                 ORDER BY at, rowid",
+            )?;
+            let rows = stmt.query_map([key], |r| {
+                Ok(stepstream_protocol::Alert {
+                    run_id: run_id.clone(),
+                    rule: r.get(0)?,
+                    fired: r.get::<_, i64>(1)? != 0,
+                    step: r.get(2)?,
+                    value: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
+                    message: r.get(4)?,
+                    at: r.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
         })
         .await
     }
@@ -537,6 +584,22 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
             .execute(params![key, status.as_str(), message, at])?;
             Ok(None)
         }
+        Command::AddAlert { key, alert, .. } => {
+            tx.prepare_cached(
+                "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                key,
+                alert.rule,
+                alert.fired as i64,
+                alert.step,
+                alert.value.is_finite().then_some(alert.value),
+                alert.message,
+                alert.at
+            ])?;
+            Ok(None)
+        }
         Command::Touch { key, at } => {
             tx.prepare_cached(
                 "UPDATE runs SET last_activity = max(last_activity, ?2) WHERE key = ?1",
@@ -558,6 +621,7 @@ fn answer(cmd: Command, outcome: rusqlite::Result<Option<RunKey>>) {
             let _ = reply.send(outcome.map(|k| k.expect("upsert yields a key")));
         }
         Command::DefineMetrics { reply, .. }
+        | Command::AddAlert { reply, .. }
         | Command::AppendBatch { reply, .. }
         | Command::SetStatus { reply, .. } => {
             let _ = reply.send(outcome.map(|_| ()));

@@ -218,6 +218,14 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sen
             return;
         }
     }
+    // The run's alerts so far (one raised meanwhile may come twice: viewers key them).
+    if let Ok(alerts) = hub.store.alerts(run.key, run_id.clone()).await {
+        for a in alerts {
+            if out.send(frame(ToViewer::Alert(a))).await.is_err() {
+                return;
+            }
+        }
+    }
     let budget = filter.budget;
     if backfill(&hub, &run, &filter, 0, through, budget, &out)
         .await
@@ -264,6 +272,7 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sen
                 .await
             }
             Ok(LiveEvent::Status(change)) => out.send(frame(ToViewer::StatusChange(change))).await,
+            Ok(LiveEvent::Alert(alert)) => out.send(frame(ToViewer::Alert(alert))).await,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(run = %run_id, missed, after_seq = last, "viewer lagged; resynchronising from storage");
                 let (defs, through) = run.state(|st| (st.metrics.clone(), st.tail.last_seq));
