@@ -260,6 +260,52 @@ fn page_reconnects_after_a_hub_restart_and_ends_with_every_point_once() {
     page.screenshot("web-after-restart");
 }
 
+#[test]
+fn alerts_show_in_the_list_and_as_markers_on_the_chart() {
+    let hub = Hub::start(&[]);
+    page_is_embedded(&hub);
+    let run = Collector::start(Options::new(&hub.ws(), "web", "nan-run")).unwrap();
+    let id = run.run_id().to_string();
+    for step in 0..100i64 {
+        let loss = if step == 60 {
+            f64::NAN
+        } else {
+            2.0 / (1.0 + step as f64 * 0.05)
+        };
+        run.log(step, &[("loss", loss), ("grad_norm", 1.0)]);
+    }
+    run.flush();
+    let mut page = Browser::open(&format!("http://{}/?lang=en", hub.addr()));
+    page.wait(
+        "the run listed",
+        Duration::from_secs(20),
+        "document.querySelectorAll('tr.run').length == 1",
+    );
+    click_run(&mut page, &id);
+    let item = page.wait(
+        "the alert in the list",
+        Duration::from_secs(10),
+        "(() => { const a = document.querySelector('li.alert[data-rule=non_finite][data-state=fired]'); return a ? a.dataset.step + '|' + a.textContent : ''; })()",
+    );
+    let item = item.as_str().unwrap();
+    assert!(
+        item.starts_with("60|") && item.contains("nan-run") && item.contains("loss is NaN"),
+        "{item}"
+    );
+    page.wait("its marker on the chart", Duration::from_secs(10),
+        "(() => { const c = document.querySelector('canvas[data-metric=\"loss\"]'); return c && +c.dataset.markers >= 1; })()");
+    // A live one arrives while watching: a loss spike.
+    run.log(100, &[("loss", 50.0), ("grad_norm", 1.0)]);
+    run.flush();
+    page.wait(
+        "the live alert",
+        Duration::from_secs(10),
+        "document.querySelector('li.alert[data-rule=loss_spike][data-step=\"100\"]') != null",
+    );
+    page.screenshot("web-alerts");
+    assert!(run.finish(Outcome::Finished).delivered);
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }

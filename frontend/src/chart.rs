@@ -51,6 +51,8 @@ pub struct Line<'a> {
     pub label: &'a str,
     pub color: usize,
     pub series: &'a Series,
+    /// Steps where an alert fired for this run: drawn as red dashed verticals.
+    pub markers: &'a [i64],
 }
 
 /// What was drawn, for the page's test hooks.
@@ -60,6 +62,8 @@ pub struct Drawn {
     /// Points drawn after decimation, over all lines.
     pub drawn: usize,
     pub last_step: Option<i64>,
+    /// Alert markers drawn.
+    pub markers: usize,
 }
 
 /// Points to draw as a line, and the steps of non-finite values.
@@ -209,6 +213,21 @@ pub fn draw(canvas: &HtmlCanvasElement, metric: &str, lines: &[Line<'_>]) -> Opt
                     RED.stroke_width(2),
                 )))
                 .ok()?;
+        }
+    }
+    for l in lines {
+        for &m in l.markers {
+            let x = m as f64;
+            if x < x0 || x > x1 {
+                continue;
+            }
+            drawn.markers += 1;
+            let dash = (y1 - y0) / 20.0;
+            let segments = (0..10).map(|k| {
+                let a = y0 + dash * (2 * k) as f64;
+                PathElement::new(vec![(x, a), (x, a + dash)], RED.stroke_width(1))
+            });
+            chart.draw_series(segments).ok()?;
         }
     }
     if lines.len() > 1 {

@@ -5,7 +5,7 @@
 //! [`COMPACT_ABOVE`], so drawing costs what the pixels cost however long the run.
 
 use std::collections::{BTreeMap, HashMap};
-use stepstream_protocol::{Backfill, Live, MetricDef, MetricId, RunId};
+use stepstream_protocol::{Alert, Backfill, Live, MetricDef, MetricId, RunId};
 
 /// Points per series above which it is compacted to [`COMPACT_TO`] buckets.
 pub const COMPACT_ABOVE: usize = 40_000;
@@ -90,6 +90,8 @@ pub struct RunData {
     pub last_point_ms: f64,
     /// Wall time (unix seconds) of the newest point drawn, for latency measurements.
     pub newest_wall_time: f64,
+    /// The run's alerts, fired and resolved, without repeats.
+    pub alerts: Vec<Alert>,
 }
 
 impl RunData {
@@ -136,6 +138,27 @@ impl RunData {
 
     pub fn last_step(&self) -> Option<i64> {
         self.series.values().filter_map(Series::last_step).max()
+    }
+
+    /// Keeps an alert unless it is already held (history and live may overlap).
+    pub fn alert(&mut self, a: Alert) -> bool {
+        let known = self
+            .alerts
+            .iter()
+            .any(|b| b.rule == a.rule && b.step == a.step && b.fired == a.fired);
+        if !known {
+            self.alerts.push(a);
+        }
+        !known
+    }
+
+    /// Steps where an alert fired, for chart markers.
+    pub fn alert_steps(&self) -> Vec<i64> {
+        self.alerts
+            .iter()
+            .filter(|a| a.fired)
+            .map(|a| a.step)
+            .collect()
     }
 }
 

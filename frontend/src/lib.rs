@@ -113,6 +113,8 @@ struct Ctx {
     /// Hub clock minus page clock, seconds.
     hub_offset: RwSignal<f64>,
     hover: RwSignal<Option<(String, f64, f64)>>,
+    /// Bumped when any watched run's alerts change.
+    alerts: RwSignal<u64>,
     stale_after: f64,
 }
 
@@ -202,6 +204,18 @@ impl Ctx {
                     }
                 });
             }
+            ToViewer::Alert(a) => {
+                let added = STORE.with(|s| {
+                    s.borrow_mut()
+                        .runs
+                        .get_mut(&a.run_id)
+                        .is_some_and(|d| d.alert(a.clone()))
+                });
+                if added {
+                    self.alerts.update(|n| *n += 1);
+                    mark_dirty();
+                }
+            }
             ToViewer::Resync(_) => {}
             ToViewer::HubError(e) => {
                 web_sys::console::warn_1(
@@ -260,6 +274,16 @@ fn draw_frame(ctx: &Ctx) {
             };
             let metric = canvas.get_attribute("data-metric").unwrap_or_default();
             let labels: Vec<String> = selected.iter().map(label).collect();
+            let markers: Vec<Vec<i64>> = selected
+                .iter()
+                .map(|id| {
+                    store
+                        .runs
+                        .get(id)
+                        .map(|d| d.alert_steps())
+                        .unwrap_or_default()
+                })
+                .collect();
             let mut received = 0;
             let mut out_of_order = 0;
             let lines: Vec<chart::Line<'_>> = selected
@@ -273,6 +297,7 @@ fn draw_frame(ctx: &Ctx) {
                         label: &labels[i],
                         color: i,
                         series,
+                        markers: &markers[i],
                     })
                 })
                 .collect();
@@ -285,6 +310,7 @@ fn draw_frame(ctx: &Ctx) {
                     &drawn.last_step.map_or(String::new(), |s| s.to_string()),
                 );
                 let _ = canvas.set_attribute("data-out-of-order", &out_of_order.to_string());
+                let _ = canvas.set_attribute("data-markers", &drawn.markers.to_string());
                 let _ = canvas.set_attribute("data-frames", &frames(&canvas).to_string());
             }
         }
@@ -402,6 +428,7 @@ fn App() -> impl IntoView {
         now: RwSignal::new(now_ms()),
         hub_offset: RwSignal::new(0.0),
         hover: RwSignal::new(None),
+        alerts: RwSignal::new(0),
         stale_after: query_param("stale")
             .and_then(|s| s.parse::<f64>().ok())
             .filter(|s| *s > 0.0)
@@ -467,6 +494,7 @@ fn App() -> impl IntoView {
                 <Show when=move || ctx.selected.with(|s| !s.is_empty())
                     fallback=move || view! { <p class="hint">{move || t(lang.get(), Text::PickRun)}</p> }>
                     <Legend ctx=ctx/>
+                    <AlertList ctx=ctx/>
                 </Show>
                 <div class="grid">
                     <For each=move || ctx.metrics.get() key=|m| m.clone() let:metric>
@@ -560,6 +588,45 @@ fn Legend(ctx: Ctx) -> impl IntoView {
                 }).collect_view()
             }}
         </div>
+    }
+}
+
+#[component]
+fn AlertList(ctx: Ctx) -> impl IntoView {
+    let items = move || {
+        ctx.alerts.get();
+        let selected = ctx.selected.get();
+        let runs = ctx.runs.get_untracked();
+        let mut items: Vec<(String, stepstream_protocol::Alert)> = STORE.with(|s| {
+            let s = s.borrow();
+            selected
+                .iter()
+                .filter_map(|id| s.runs.get(id).map(|d| (id, d)))
+                .flat_map(|(id, d)| {
+                    let name = runs
+                        .iter()
+                        .find(|r| &r.run_id == id)
+                        .map_or(id.to_string(), |r| r.name.clone());
+                    d.alerts.iter().map(move |a| (name.clone(), a.clone()))
+                })
+                .collect()
+        });
+        items.sort_by(|a, b| b.1.at.total_cmp(&a.1.at));
+        items
+    };
+    view! {
+        <Show when=move || !items().is_empty()>
+            <ul class="alerts" data-testid="alerts">
+                {move || items().into_iter().map(|(name, a)| {
+                    let state = if a.fired { "fired" } else { "resolved" };
+                    view! {
+                        <li class=format!("alert {state}") data-rule=a.rule.clone() data-step=a.step.to_string() data-state=state>
+                            <b>{a.rule.clone()}</b>" · "{name}" · step "{a.step}" · "{a.message.clone()}
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
+        </Show>
     }
 }
 

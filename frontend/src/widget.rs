@@ -87,10 +87,12 @@ impl ChartWidget {
             }
             let d = d.borrow();
             if let Some(series) = d.series.get(&metric) {
+                let markers = d.alert_steps();
                 let line = crate::chart::Line {
                     label: &metric,
                     color: 0,
                     series,
+                    markers: &markers,
                 };
                 if let Some(drawn) = crate::chart::draw(&canvas, &metric, &[line]) {
                     let _ = canvas.set_attribute("data-points", &series.received.to_string());

@@ -323,6 +323,8 @@ pub struct RunRules {
     lr_last: Option<(i64, f64)>,
     lr_peak: f64,
     lr_decaying: bool,
+    /// A jump from ~0 (step, from, to), confirmed as "no warmup" if the rate then stops rising.
+    lr_jump: Option<(i64, f64, f64)>,
     throughput: HashMap<String, (Window, usize)>,
     step_times: Window,
     slow_steps: usize,
@@ -543,10 +545,17 @@ impl RunRules {
                 "no warmup: the learning rate starts at its peak {prev:.3e} though the config asks for warmup"
             ));
         }
+        if let Some((at, from, to)) = self.lr_jump.take() {
+            // A warmup that starts at 0 also jumps by a large factor at first, but keeps
+            // rising; a missing warmup lands on the peak and stays there.
+            if lr <= to * (1.0 + r.rise_tolerance) {
+                return finding(format!(
+                    "no warmup: the learning rate jumped from {from:.3e} to {to:.3e} in one step (step {at})"
+                ));
+            }
+        }
         if prev <= lr / r.jump_factor && step - prev_step == 1 && prev_step < 10 {
-            return finding(format!(
-                "no warmup: the learning rate jumped from {prev:.3e} to {lr:.3e} in one step"
-            ));
+            self.lr_jump = Some((step, prev, lr));
         }
         if lr < prev * (1.0 - 1e-9) {
             self.lr_decaying = true;
@@ -767,7 +776,11 @@ mod tests {
         let mut s = healthy(400);
         set(&mut s, 1, 1, "lr", |_, _| 1e-9);
         set(&mut s, 2, 100, "lr", |_, _| 1e-3);
-        assert_eq!(replay(&s, "{}"), vec![("lr_schedule", 2)]);
+        assert_eq!(replay(&s, "{}"), vec![("lr_schedule", 3)]);
+        // A warmup that starts at exactly 0 is fine.
+        let mut s = healthy(400);
+        set(&mut s, 1, 1, "lr", |_, _| 0.0);
+        assert_eq!(replay(&s, "{}"), vec![]);
 
         // A resume at step 300 that restarts the schedule at the peak.
         let mut s = healthy(600);
