@@ -560,3 +560,45 @@ fn alerts_fire_resolve_and_reach_the_api_and_viewers() {
     assert!(viewer.pump(Duration::from_secs(10), |v| v.alerts.len() >= 2));
     assert!(viewer.alerts[0].fired && viewer.alerts[0].step == 150);
 }
+
+#[test]
+fn a_straggling_rank_is_flagged_and_the_others_are_not() {
+    let hub = Hub::start(&[]);
+    let ranks: Vec<Collector> = (0..4)
+        .map(|r| {
+            let mut o = Options::new(&hub.ws(), "tests", &format!("job-rank{r}"));
+            o.rank = r;
+            o.world_size = 4;
+            Collector::start(o).unwrap()
+        })
+        .collect();
+    for step in 0..200i64 {
+        for (r, c) in ranks.iter().enumerate() {
+            let t =
+                if r == 2 { 0.25 } else { 0.1 } * (1.0 + 0.05 * ((step * 7 + r as i64) % 5) as f64);
+            c.log(step, &[("loss", 1.0), ("step_time", t)]);
+        }
+        if step % 20 == 0 {
+            ranks.iter().for_each(|c| c.flush());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let ids: Vec<RunId> = ranks.iter().map(|c| c.run_id().clone()).collect();
+    for c in ranks {
+        assert!(c.finish(Outcome::Finished).delivered);
+    }
+    for (r, id) in ids.iter().enumerate() {
+        let alerts = hub.json(&format!("/api/runs/{id}/alerts"));
+        let rules: Vec<&str> = alerts["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["rule"].as_str())
+            .collect();
+        if r == 2 {
+            assert!(rules.contains(&"straggler"), "rank 2: {alerts}");
+        } else {
+            assert!(rules.is_empty(), "rank {r}: {alerts}");
+        }
+    }
+}

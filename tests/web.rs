@@ -304,6 +304,11 @@ fn alerts_show_in_the_list_and_as_markers_on_the_chart() {
     );
     page.screenshot("web-alerts");
     assert!(run.finish(Outcome::Finished).delivered);
+
+    // The link in alert messages opens the run directly.
+    page.navigate(&format!("http://{}/?lang=en&run={id}", hub.addr()));
+    page.wait("the linked run open", Duration::from_secs(10),
+        "(() => { const c = document.querySelector('canvas[data-metric=\"loss\"]'); return c && +c.dataset.points == 101; })()");
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

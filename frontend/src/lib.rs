@@ -39,6 +39,7 @@ thread_local! {
     static GEOMETRY: RefCell<HashMap<String, Geometry>> = RefCell::new(HashMap::new());
     static SOCKET: RefCell<Option<ws::Socket>> = const { RefCell::new(None) };
     static MEASURED: RefCell<HashMap<RunId, f64>> = RefCell::new(HashMap::new());
+    static OPENED: Cell<bool> = const { Cell::new(false) };
 }
 
 pub fn query_param(name: &str) -> Option<String> {
@@ -159,6 +160,17 @@ impl Ctx {
             ToViewer::RunList(list) => {
                 self.hub_offset.set(list.now - now_ms() / 1000.0);
                 self.runs.set(list.runs);
+                // `?run=ID[,ID]` (the links in alert messages) opens those runs once.
+                if let Some(wanted) = query_param("run") {
+                    if self.selected.get_untracked().is_empty() && !OPENED.with(|o| o.replace(true))
+                    {
+                        for id in wanted.split(',').filter_map(|id| RunId::new(id).ok()) {
+                            if self.runs.get_untracked().iter().any(|r| r.run_id == id) {
+                                self.toggle(id);
+                            }
+                        }
+                    }
+                }
             }
             ToViewer::RunUpdate(u) => {
                 self.hub_offset.set(u.now - now_ms() / 1000.0);

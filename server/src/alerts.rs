@@ -22,6 +22,7 @@ pub struct Rules {
     pub throughput: Throughput,
     pub stalled_data: StalledData,
     pub memory: Memory,
+    pub straggler: Straggler,
     pub stale: Switch,
     /// Seconds before the same rule may fire again for the same run after it resolved.
     pub cooldown_s: f64,
@@ -38,6 +39,7 @@ impl Default for Rules {
             throughput: Throughput::default(),
             stalled_data: StalledData::default(),
             memory: Memory::default(),
+            straggler: Straggler::default(),
             stale: Switch { enabled: true },
             cooldown_s: 300.0,
         }
@@ -89,10 +91,10 @@ impl Default for LossSpike {
         LossSpike {
             enabled: true,
             metric: "loss".into(),
-            window: 100,
+            window: 200,
             warmup_steps: 50,
-            mads: 12.0,
-            min_ratio: 1.5,
+            mads: 20.0,
+            min_ratio: 3.0,
         }
     }
 }
@@ -106,6 +108,8 @@ pub struct Divergence {
     pub smoothing: usize,
     pub lookback: usize,
     pub factor: f64,
+    /// Points in a row the trend must hold (one noisy stretch is not a trend).
+    pub consecutive: usize,
     pub warmup_steps: usize,
 }
 
@@ -114,10 +118,11 @@ impl Default for Divergence {
         Divergence {
             enabled: true,
             metric: "loss".into(),
-            smoothing: 20,
-            lookback: 100,
+            smoothing: 50,
+            lookback: 200,
             factor: 1.5,
-            warmup_steps: 100,
+            consecutive: 20,
+            warmup_steps: 200,
         }
     }
 }
@@ -192,7 +197,7 @@ impl Default for Throughput {
             metrics: vec!["samples_per_sec".into(), "tokens_per_sec".into()],
             window: 100,
             fraction: 0.5,
-            consecutive: 5,
+            consecutive: 10,
             warmup_steps: 50,
         }
     }
@@ -222,7 +227,7 @@ impl Default for StalledData {
             window: 100,
             factor: 5.0,
             wait_fraction: 0.8,
-            consecutive: 3,
+            consecutive: 10,
             warmup_steps: 20,
         }
     }
@@ -244,6 +249,37 @@ impl Default for Memory {
             fraction: 0.95,
         }
     }
+}
+
+/// Where several ranks of one job report (runs of one project named `NAME-rankN`), a rank
+/// whose smoothed step time stays above `factor` times the other ranks' median.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Straggler {
+    pub enabled: bool,
+    pub metric: String,
+    pub factor: f64,
+    pub consecutive: usize,
+    pub warmup_steps: usize,
+}
+
+impl Default for Straggler {
+    fn default() -> Self {
+        Straggler {
+            enabled: true,
+            metric: "step_time".into(),
+            factor: 1.5,
+            consecutive: 20,
+            warmup_steps: 20,
+        }
+    }
+}
+
+/// The job a rank-tagged run belongs to: `(project, NAME)` for a run named `NAME-rankN`.
+pub fn job_of(project: &str, name: &str) -> Option<(String, String)> {
+    let (base, rank) = name.rsplit_once("-rank")?;
+    (!rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| (project.to_string(), base.to_string()))
 }
 
 /// What a rule says about one record.
@@ -318,6 +354,7 @@ pub struct RunRules {
     ema: Option<f64>,
     ema_history: VecDeque<f64>,
     diverge_seen: usize,
+    diverging: usize,
     grad: Window,
     grad_over: usize,
     lr_last: Option<(i64, f64)>,
@@ -329,6 +366,10 @@ pub struct RunRules {
     step_times: Window,
     slow_steps: usize,
     waiting_steps: usize,
+    /// Smoothed step time, shared with the other ranks of the job.
+    pub step_time_ema: Option<f64>,
+    step_time_seen: usize,
+    straggling: usize,
     /// Rules whose condition holds now, and since which step.
     active: HashMap<&'static str, i64>,
     /// When each rule last resolved (hub clock), for the cooldown.
@@ -399,9 +440,14 @@ impl RunRules {
             while self.ema_history.len() > r.lookback.max(1) + 1 {
                 self.ema_history.pop_front();
             }
-            if self.diverge_seen >= r.warmup_steps && self.ema_history.len() > r.lookback {
-                let before = self.ema_history[0];
-                if before > 0.0 && ema > r.factor * before {
+            let before = self.ema_history[0];
+            let up = self.diverge_seen >= r.warmup_steps
+                && self.ema_history.len() > r.lookback
+                && before > 0.0
+                && ema > r.factor * before;
+            self.diverging = if up { self.diverging + 1 } else { 0 };
+            if self.diverging >= r.consecutive {
+                {
                     out.push(Finding {
                         rule: "divergence",
                         value: v,
@@ -512,6 +558,38 @@ impl RunRules {
             }
         }
         out
+    }
+
+    /// Updates this rank's smoothed step time and compares it with the other ranks'.
+    pub fn straggler(
+        &mut self,
+        rules: &Rules,
+        values: &[(&str, f64)],
+        others: &[f64],
+    ) -> Option<Finding> {
+        let r = &rules.straggler;
+        let t = values
+            .iter()
+            .find(|(n, _)| *n == r.metric)
+            .map(|(_, v)| *v)?;
+        if !r.enabled || !t.is_finite() {
+            return None;
+        }
+        self.step_time_seen += 1;
+        let ema = self.step_time_ema.map_or(t, |e| e + 0.1 * (t - e));
+        self.step_time_ema = Some(ema);
+        let median = median(others.iter().copied())?;
+        let slow = self.step_time_seen >= r.warmup_steps && median > 0.0 && ema > r.factor * median;
+        self.straggling = if slow { self.straggling + 1 } else { 0 };
+        (self.straggling >= r.consecutive).then(|| Finding {
+            rule: "straggler",
+            value: ema,
+            message: format!(
+                "this rank's {} ({ema:.3} s) is {:.1}x the other ranks' median ({median:.3} s)",
+                r.metric,
+                ema / median
+            ),
+        })
     }
 
     fn lr_finding(&mut self, r: &LrSchedule, step: i64, lr: f64) -> Option<Finding> {
@@ -799,10 +877,37 @@ mod tests {
     fn throughput_collapse_and_stalled_data() {
         let mut s = healthy(400);
         set(&mut s, 300, 400, "samples_per_sec", |_, _| 50.0);
-        assert_eq!(replay(&s, CONFIG), vec![("throughput_drop", 304)]);
+        assert_eq!(replay(&s, CONFIG), vec![("throughput_drop", 309)]);
         let mut s = healthy(400);
-        set(&mut s, 300, 310, "step_time", |_, _| 1.5);
-        assert_eq!(replay(&s, CONFIG), vec![("stalled_data", 302)]);
+        set(&mut s, 300, 320, "step_time", |_, _| 1.5);
+        assert_eq!(replay(&s, CONFIG), vec![("stalled_data", 309)]);
+    }
+
+    #[test]
+    fn straggler_needs_a_persistently_slower_rank() {
+        let rules = Rules::default();
+        assert_eq!(
+            job_of("p", "llama-rank3"),
+            Some(("p".into(), "llama".into()))
+        );
+        assert_eq!(job_of("p", "llama"), None);
+        let mut fast = RunRules::new("{}");
+        let mut slow = RunRules::new("{}");
+        let mut fired = None;
+        for step in 0..200i64 {
+            let t = 0.1 * (1.0 + 0.1 * noise(step));
+            assert!(fast
+                .straggler(&rules, &[("step_time", t)], &[0.1, 0.1, 0.1])
+                .is_none());
+            if slow
+                .straggler(&rules, &[("step_time", 2.0 * t)], &[0.1, 0.1, 0.1])
+                .is_some()
+                && fired.is_none()
+            {
+                fired = Some(step);
+            }
+        }
+        assert!(fired.is_some_and(|s| s < 60), "{fired:?}");
     }
 
     #[test]

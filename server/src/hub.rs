@@ -411,6 +411,7 @@ impl Hub {
         if revived {
             self.revived(run, run_id, now).await;
         }
+        let others = self.other_ranks_step_times(run);
         let events = run.state_mut(|st| {
             let RunState { rules, metrics, .. } = st;
             let mut events = Vec::new();
@@ -423,7 +424,10 @@ impl Hub {
                         Some((metrics[i].name.as_str(), v))
                     })
                     .collect();
-                let findings = rules.findings(&self.rules, r.step, &values);
+                let mut findings = rules.findings(&self.rules, r.step, &values);
+                // Always fed, so each rank's smoothed step time exists for the others.
+                let others = others.as_deref().unwrap_or(&[]);
+                findings.extend(rules.straggler(&self.rules, &values, others));
                 events.extend(rules.events(&self.rules, r.step, findings, now));
             }
             events
@@ -432,6 +436,27 @@ impl Hub {
             self.raise(run, e).await;
         }
         Ok(Appended::Stored)
+    }
+
+    /// The smoothed step times of the other running ranks of this run's job, when it is one
+    /// rank of several (`NAME-rankN`).
+    fn other_ranks_step_times(&self, run: &Run) -> Option<Vec<f64>> {
+        let job = run.state(|st| crate::alerts::job_of(&st.identity.project, &st.identity.name))?;
+        let others: Vec<f64> = self
+            .runs()
+            .iter()
+            .filter(|r| r.key != run.key)
+            .filter_map(|r| {
+                r.state(|st| {
+                    let same = crate::alerts::job_of(&st.identity.project, &st.identity.name)
+                        .is_some_and(|j| j == job);
+                    (same && st.status == RunStatus::Running)
+                        .then_some(st.rules.step_time_ema)
+                        .flatten()
+                })
+            })
+            .collect();
+        (!others.is_empty()).then_some(others)
     }
 
     /// Stores an alert event, shows it to the run's viewers and notifies the channels.

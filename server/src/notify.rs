@@ -503,3 +503,15 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod example {
+    #[test]
+    fn the_documented_example_file_parses() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/alerts.example.toml");
+        let cfg = super::AlertsConfig::load(&path).unwrap();
+        assert_eq!(cfg.rules.grad_explosion.factor, 10.0);
+        assert!(cfg.channels.is_empty());
+    }
+}
