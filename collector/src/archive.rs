@@ -44,17 +44,6 @@ fn paths(dir: &Path, stamp: &str, tag: &str) -> (PathBuf, PathBuf) {
     unreachable!()
 }
 
-fn cell(out: &mut String, v: f64) {
-    use std::fmt::Write;
-    if v.is_nan() {
-        out.push_str("nan");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
 impl Archive {
     /// Creates the config file now and the metrics file at the first row.
     pub fn create(
@@ -80,17 +69,7 @@ impl Archive {
     }
 
     fn header(&self) -> String {
-        let mut h = String::from("step,timestamp");
-        for c in &self.columns {
-            h.push(',');
-            if c.contains([',', '"', '\n']) {
-                h.push_str(&format!("\"{}\"", c.replace('"', "\"\"")));
-            } else {
-                h.push_str(c);
-            }
-        }
-        h.push('\n');
-        h
+        stepstream_protocol::csv::header(self.columns.iter().map(String::as_str))
     }
 
     /// Rewrites the file under a header with the current columns.
@@ -151,7 +130,7 @@ impl Archive {
         for c in &self.row {
             line.push(',');
             if let Some(v) = c {
-                cell(&mut line, *v);
+                stepstream_protocol::csv::push_value(&mut line, *v);
             }
         }
         line.push('\n');

@@ -26,6 +26,7 @@
 //! [`Live`] batch only if its `seq` is above the `through_seq` of what it already holds.
 
 pub mod codec;
+pub mod csv;
 
 pub use codec::DecodeError;
 use serde::{Deserialize, Serialize};

@@ -202,25 +202,6 @@ pub async fn series(
     })))
 }
 
-fn csv_value(out: &mut String, v: f64) {
-    use std::fmt::Write;
-    if v.is_nan() {
-        out.push_str("nan");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
-fn csv_field(name: &str) -> String {
-    if name.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    } else {
-        name.to_string()
-    }
-}
-
 fn attachment(name: &str) -> String {
     format!("attachment; filename=\"{name}\"")
 }
@@ -233,12 +214,7 @@ pub async fn export_csv(
     let run = find(&app, &id)?;
     let (metrics, last_seq, started) =
         run.state(|st| (st.metrics.clone(), st.tail.last_seq, st.identity.started_at));
-    let mut header_line = String::from("step,timestamp");
-    for m in &metrics {
-        header_line.push(',');
-        header_line.push_str(&csv_field(&m.name));
-    }
-    header_line.push('\n');
+    let header_line = stepstream_protocol::csv::header(metrics.iter().map(|m| m.name.as_str()));
     let column: std::collections::HashMap<MetricId, usize> =
         metrics.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
     let width = metrics.len();
@@ -264,7 +240,7 @@ pub async fn export_csv(
                     for cell in &row {
                         buf.push(',');
                         if let Some(v) = cell {
-                            csv_value(buf, *v);
+                            stepstream_protocol::csv::push_value(buf, *v);
                         }
                     }
                     buf.push('\n');
@@ -343,20 +319,4 @@ pub async fn export_config(
         config,
     )
         .into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_cells() {
-        let mut s = String::new();
-        for v in [0.1, f64::NAN, f64::NEG_INFINITY, 3.0] {
-            csv_value(&mut s, v);
-            s.push(',');
-        }
-        assert_eq!(s, "0.1,nan,-inf,3,");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-    }
 }
