@@ -315,6 +315,23 @@ fn run_status_goes_stale_and_comes_back() {
     again.send(hello("quiet", None));
     assert!(matches!(again.recv(), Some(FromHub::Welcome(_))));
     assert_eq!(status(&hub), "running");
+    // The stale alert fired while it was quiet and resolved when it came back.
+    wait_for("the stale alert resolved", Duration::from_secs(10), || {
+        let alerts = hub.json("/api/runs/quiet/alerts");
+        let list: Vec<(String, String)> = alerts["alerts"]
+            .as_array()?
+            .iter()
+            .map(|a| {
+                (
+                    a["rule"].as_str().unwrap().to_string(),
+                    a["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        (list.first() == Some(&("stale".into(), "fired".into()))
+            && list.contains(&("stale".into(), "resolved".into())))
+        .then_some(())
+    });
 }
 
 #[test]

@@ -884,6 +884,19 @@ mod tests {
     }
 
     #[test]
+    fn accelerator_memory_near_its_limit() {
+        let rules = Rules::default();
+        let mut st = RunRules::new("{}");
+        let ok = [("gpu0/mem_used_gb", 70.0), ("gpu0/mem_total_gb", 80.0)];
+        assert!(st.findings(&rules, 1, &ok).is_empty());
+        let full = [("gpu0/mem_used_gb", 79.5), ("gpu0/mem_total_gb", 80.0)];
+        let f = st.findings(&rules, 2, &full);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].rule, "memory");
+        assert!(f[0].message.contains("gpu0"));
+    }
+
+    #[test]
     fn straggler_needs_a_persistently_slower_rank() {
         let rules = Rules::default();
         assert_eq!(

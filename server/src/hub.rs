@@ -247,7 +247,7 @@ impl Hub {
         let existing = self.run(&identity.run_id);
         let run = match existing {
             Some(run) => {
-                let was = run.state_mut(|st| {
+                let (was, resolved) = run.state_mut(|st| {
                     let was = st.status;
                     // A resumed run keeps the start time it was archived under.
                     let started_at = st.identity.started_at;
@@ -256,8 +256,12 @@ impl Hub {
                     st.status = RunStatus::Running;
                     st.status_message = None;
                     st.last_activity = now;
-                    was
+                    let step = st.tail.last_step.unwrap_or(0);
+                    (was, st.rules.stale(&self.rules, false, step, "", now))
                 });
+                if let Some(e) = resolved {
+                    self.raise(&run, e).await;
+                }
                 if was != RunStatus::Running {
                     tracing::info!(run = %identity.run_id, from = was.as_str(), "run is running again");
                 }
@@ -387,7 +391,7 @@ impl Hub {
             .append_batch(run.key, seq, records.clone(), tail.clone())
             .await?;
         let now = unix_now();
-        let revived = run.state_mut(|st| {
+        let (revived, resolved) = run.state_mut(|st| {
             st.tail = tail;
             st.last_activity = now;
             st.dirty = true;
@@ -396,7 +400,12 @@ impl Hub {
                 st.status = RunStatus::Running;
                 st.status_message = None;
             }
-            revived
+            // Judged under the same lock as the status flip, so it cannot race the tick.
+            let step = st.tail.last_step.unwrap_or(0);
+            let resolved = revived
+                .then(|| st.rules.stale(&self.rules, false, step, "", now))
+                .flatten();
+            (revived, resolved)
         });
         let frame = encode(ToViewer::Live(stepstream_protocol::Live {
             run_id: run_id.clone(),
@@ -409,7 +418,7 @@ impl Hub {
             frame,
         });
         if revived {
-            self.revived(run, run_id, now).await;
+            self.revived(run, run_id, now, resolved).await;
         }
         let others = self.other_ranks_step_times(run);
         let events = run.state_mut(|st| {
@@ -518,21 +527,17 @@ impl Hub {
         });
     }
 
-    /// Feeds a status change to the stale rule.
-    async fn stale_rule(&self, run: &Run, stale: bool, message: &str) {
-        let now = unix_now();
-        let event = run.state_mut(|st| {
-            let step = st.tail.last_step.unwrap_or(0);
-            st.rules.stale(&self.rules, stale, step, message, now)
-        });
-        if let Some(e) = event {
+    async fn revived(
+        &self,
+        run: &Run,
+        run_id: RunId,
+        now: f64,
+        resolved: Option<crate::alerts::Event>,
+    ) {
+        tracing::info!(run = %run_id, "stale run is sending again");
+        if let Some(e) = resolved {
             self.raise(run, e).await;
         }
-    }
-
-    async fn revived(&self, run: &Run, run_id: RunId, now: f64) {
-        tracing::info!(run = %run_id, "stale run is sending again");
-        self.stale_rule(run, false, "").await;
         if let Err(e) = self
             .store
             .set_status(run.key, RunStatus::Running, None, now)
@@ -554,18 +559,22 @@ impl Hub {
     /// The collector is alive (a heartbeat, or any frame).
     pub async fn heartbeat(&self, run: &Run) {
         let now = unix_now();
-        let (revived, run_id) = run.state_mut(|st| {
+        let (revived, run_id, resolved) = run.state_mut(|st| {
             st.last_activity = now;
             let revived = st.status == RunStatus::Stale;
             if revived {
                 st.status = RunStatus::Running;
                 st.status_message = None;
             }
-            (revived, st.identity.run_id.clone())
+            let step = st.tail.last_step.unwrap_or(0);
+            let resolved = revived
+                .then(|| st.rules.stale(&self.rules, false, step, "", now))
+                .flatten();
+            (revived, st.identity.run_id.clone(), resolved)
         });
         self.store.touch(run.key, now);
         if revived {
-            self.revived(run, run_id, now).await;
+            self.revived(run, run_id, now, resolved).await;
         }
     }
 
@@ -624,10 +633,14 @@ impl Hub {
                 next.map(|(status, message)| {
                     st.status = status;
                     st.status_message = Some(message.clone());
-                    (st.identity.run_id.clone(), status, message)
+                    let step = st.tail.last_step.unwrap_or(0);
+                    let alert = (status == RunStatus::Stale)
+                        .then(|| st.rules.stale(&self.rules, true, step, &message, now))
+                        .flatten();
+                    (st.identity.run_id.clone(), status, message, alert)
                 })
             });
-            if let Some((run_id, status, message)) = change {
+            if let Some((run_id, status, message, alert)) = change {
                 tracing::warn!(run = %run_id, status = status.as_str(), %message, "run status");
                 if let Err(e) = self
                     .store
@@ -636,8 +649,8 @@ impl Hub {
                 {
                     tracing::warn!(error = %e, "could not store a status change");
                 }
-                if status == RunStatus::Stale {
-                    self.stale_rule(&run, true, &message).await;
+                if let Some(e) = alert {
+                    self.raise(&run, e).await;
                 }
                 self.publish_status(
                     &run,
