@@ -315,12 +315,17 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
-/// A bounded window of recent finite values.
+/// A bounded window of recent finite values, with its median and MAD recomputed every
+/// [`REFRESH`] values (a sort per record would cost the hub more than storing it).
 #[derive(Default, Debug)]
 struct Window {
     values: VecDeque<f64>,
     seen: usize,
+    stale: usize,
+    cached: Option<(f64, f64)>,
 }
+
+const REFRESH: usize = 16;
 
 impl Window {
     fn push(&mut self, v: f64, cap: usize) {
@@ -330,15 +335,24 @@ impl Window {
             while self.values.len() > cap.max(1) {
                 self.values.pop_front();
             }
+            self.stale += 1;
         }
     }
 
-    fn median(&self) -> Option<f64> {
-        median(self.values.iter().copied())
+    /// Median and median absolute deviation of the window.
+    fn stats(&mut self) -> Option<(f64, f64)> {
+        if self.cached.is_none() || self.stale >= REFRESH {
+            self.stale = 0;
+            self.cached = median(self.values.iter().copied()).map(|m| {
+                let mad = median(self.values.iter().map(|v| (v - m).abs())).unwrap_or(0.0);
+                (m, mad)
+            });
+        }
+        self.cached
     }
 
-    fn mad(&self, m: f64) -> Option<f64> {
-        median(self.values.iter().map(|v| (v - m).abs()))
+    fn median(&mut self) -> Option<f64> {
+        self.stats().map(|(m, _)| m)
     }
 
     fn mean(&self) -> Option<f64> {
@@ -414,8 +428,8 @@ impl RunRules {
         let r = &rules.loss_spike;
         if let Some(v) = get(&r.metric).filter(|_| r.enabled) {
             if self.spike.seen >= r.warmup_steps && v.is_finite() {
-                if let Some(m) = self.spike.median() {
-                    let mad = self.spike.mad(m).unwrap_or(0.0).max(m.abs() * 1e-3);
+                if let Some((m, mad)) = self.spike.stats() {
+                    let mad = mad.max(m.abs() * 1e-3);
                     if v > m + r.mads * mad && v > r.min_ratio * m {
                         out.push(Finding {
                             rule: "loss_spike",
