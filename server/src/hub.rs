@@ -93,6 +93,25 @@ pub struct RunState {
 }
 
 impl RunState {
+    /// The run's collector was heard from: a stale run is running again. Returns whether it
+    /// was stale, and the stale alert's resolution, judged under the same lock as the status
+    /// flip so it cannot race the tick.
+    fn heard_from(
+        &mut self,
+        rules: &crate::alerts::Rules,
+        now: f64,
+    ) -> (bool, Option<crate::alerts::Event>) {
+        self.last_activity = now;
+        let revived = self.status == RunStatus::Stale;
+        if !revived {
+            return (false, None);
+        }
+        self.status = RunStatus::Running;
+        self.status_message = None;
+        let step = self.tail.last_step.unwrap_or(0);
+        (true, self.rules.stale(rules, false, step, "", now))
+    }
+
     pub fn metric_name(&self, id: MetricId) -> Option<&str> {
         self.metrics
             .binary_search_by_key(&id, |m| m.id)
@@ -395,17 +414,7 @@ impl Hub {
             st.tail = tail;
             st.last_activity = now;
             st.dirty = true;
-            let revived = st.status == RunStatus::Stale;
-            if revived {
-                st.status = RunStatus::Running;
-                st.status_message = None;
-            }
-            // Judged under the same lock as the status flip, so it cannot race the tick.
-            let step = st.tail.last_step.unwrap_or(0);
-            let resolved = revived
-                .then(|| st.rules.stale(&self.rules, false, step, "", now))
-                .flatten();
-            (revived, resolved)
+            st.heard_from(&self.rules, now)
         });
         let frame = encode(ToViewer::Live(stepstream_protocol::Live {
             run_id: run_id.clone(),
@@ -560,16 +569,7 @@ impl Hub {
     pub async fn heartbeat(&self, run: &Run) {
         let now = unix_now();
         let (revived, run_id, resolved) = run.state_mut(|st| {
-            st.last_activity = now;
-            let revived = st.status == RunStatus::Stale;
-            if revived {
-                st.status = RunStatus::Running;
-                st.status_message = None;
-            }
-            let step = st.tail.last_step.unwrap_or(0);
-            let resolved = revived
-                .then(|| st.rules.stale(&self.rules, false, step, "", now))
-                .flatten();
+            let (revived, resolved) = st.heard_from(&self.rules, now);
             (revived, st.identity.run_id.clone(), resolved)
         });
         self.store.touch(run.key, now);
