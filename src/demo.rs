@@ -114,6 +114,7 @@ pub fn train(
 ) -> Result<(String, Outcome)> {
     let warmup = (steps / 10).max(1);
     let mut options = Options::new(hub, "demo", name);
+    options.framework = "demo (Rust MLP)".into();
     options.config_json = serde_json::json!({
         "model": format!("mlp {INPUT}-{HIDDEN}-1 tanh"),
         "optimizer": "sgd momentum 0.9",

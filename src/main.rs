@@ -268,6 +268,7 @@ fn tail_file(args: TailArgs) -> Result<()> {
     options.token = args.token.clone();
     options.run_id = Some(run_id.clone());
     options.config_json = config_json;
+    options.framework = "csv tail".into();
     let collector = Collector::start(options)?;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -583,7 +583,8 @@ fn a_straggling_rank_is_flagged_and_the_others_are_not() {
     let hub = Hub::start(&[]);
     let ranks: Vec<Collector> = (0..4)
         .map(|r| {
-            let mut o = Options::new(&hub.ws(), "tests", &format!("job-rank{r}"));
+            let mut o = Options::new(&hub.ws(), "tests", "job");
+            o.job = Some("launch-1".into());
             o.rank = r;
             o.world_size = 4;
             Collector::start(o).unwrap()

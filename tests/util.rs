@@ -424,6 +424,8 @@ pub fn identity(run_id: &str, name: &str) -> RunIdentity {
         host: "test".into(),
         rank: 0,
         world_size: 1,
+        job: String::new(),
+        framework: String::new(),
         started_at: unix_now(),
     }
 }

@@ -38,7 +38,7 @@ fn stream(hub: &Hub, name: &str, steps: i64, every: Duration) -> std::thread::Jo
 
 fn chart(metric: &str) -> String {
     format!(
-        "(() => {{ const c = document.querySelector('canvas[data-metric=\"{metric}\"]'); \
+        "(() => {{ const c = document.querySelector('canvas[data-chart=\"{metric}\"]'); \
          return c && c.dataset.points ? {{ points: +c.dataset.points, last: +c.dataset.lastStep, \
          ooo: +c.dataset.outOfOrder, drawn: +c.dataset.drawn }} : null; }})()"
     )
@@ -47,7 +47,7 @@ fn chart(metric: &str) -> String {
 /// Count and hash of the non-white pixels of a chart.
 fn pixels(metric: &str) -> String {
     format!(
-        "(() => {{ const c = document.querySelector('canvas[data-metric=\"{metric}\"]'); \
+        "(() => {{ const c = document.querySelector('canvas[data-chart=\"{metric}\"]'); \
          const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
          let ink = 0, h = 0; for (let i = 0; i < d.length; i += 4) {{ \
          if (d[i] < 250 || d[i+1] < 250 || d[i+2] < 250) {{ ink++; h = (h * 31 + i + d[i]) % 1000000007; }} }} \
@@ -136,7 +136,7 @@ fn page_lists_runs_and_draws_their_curves_live() {
 
     // Hover over the middle of the loss chart shows a step and the runs' values.
     let rect = page.eval(
-        "(() => { const r = document.querySelector('canvas[data-metric=\"loss\"]').getBoundingClientRect(); \
+        "(() => { const r = document.querySelector('canvas[data-chart=\"loss\"]').getBoundingClientRect(); \
          return [r.left + r.width / 2, r.top + r.height / 2]; })()",
     );
     page.mouse_move(rect[0].as_f64().unwrap(), rect[1].as_f64().unwrap());
@@ -293,7 +293,7 @@ fn alerts_show_in_the_list_and_as_markers_on_the_chart() {
         "{item}"
     );
     page.wait("its marker on the chart", Duration::from_secs(10),
-        "(() => { const c = document.querySelector('canvas[data-metric=\"loss\"]'); return c && +c.dataset.markers >= 1; })()");
+        "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); return c && +c.dataset.markers >= 1; })()");
     // A live one arrives while watching: a loss spike.
     run.log(100, &[("loss", 50.0), ("grad_norm", 1.0)]);
     run.flush();
@@ -308,7 +308,7 @@ fn alerts_show_in_the_list_and_as_markers_on_the_chart() {
     // The link in alert messages opens the run directly.
     page.navigate(&format!("http://{}/?lang=en&run={id}", hub.addr()));
     page.wait("the linked run open", Duration::from_secs(10),
-        "(() => { const c = document.querySelector('canvas[data-metric=\"loss\"]'); return c && +c.dataset.points == 101; })()");
+        "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); return c && +c.dataset.points == 101; })()");
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -412,7 +412,7 @@ fn bench_web_step_to_pixel_and_first_chart() {
     let ms = page.eval(&format!(
         "new Promise(done => {{ const t0 = performance.now(); \
          document.querySelector('tr.run[data-run-id=\"{big_id}\"]').click(); \
-         const check = () => {{ const c = document.querySelector('canvas[data-metric=\"loss\"]'); \
+         const check = () => {{ const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
          if (c && c.dataset.lastStep == '999999') done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})"
     ));
     let drawn = page.eval(&chart("loss"));

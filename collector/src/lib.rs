@@ -48,6 +48,11 @@ pub struct Options {
     pub host: Option<String>,
     pub rank: u32,
     pub world_size: u32,
+    /// The distributed job this run is a rank of (the same for every rank of one launch);
+    /// `None` reads it from the launcher's environment (see [`job_from_env`]).
+    pub job: Option<String>,
+    /// What trains the model (`mindspore`, `pytorch`, `tail`...), shown in the run panel.
+    pub framework: String,
     /// Records the queue between `log` and the sender holds; beyond it `log` drops and counts.
     pub queue_capacity: usize,
     /// Most records per batch.
@@ -79,6 +84,8 @@ impl Options {
             host: None,
             rank: 0,
             world_size: 1,
+            job: None,
+            framework: String::new(),
             queue_capacity: 1 << 20,
             max_batch: 2000,
             heartbeat: Duration::from_secs(5),
@@ -220,6 +227,34 @@ pub fn collector_url(hub: &str) -> Result<String, StartError> {
     Ok(format!("{scheme}://{host}{path}"))
 }
 
+/// The job identity a launcher gives every rank of one launch alike: `STEPSTREAM_JOB`, else
+/// torchrun's `TORCHELASTIC_RUN_ID`, Slurm's job and step, PBS's or LSF's job id, or
+/// MindSpore's scheduler address (`MS_SCHED_HOST:MS_SCHED_PORT`).
+pub fn job_from_env() -> Option<String> {
+    let var = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .filter(|v| !v.is_empty() && v != "none")
+    };
+    var("STEPSTREAM_JOB")
+        .or_else(|| var("TORCHELASTIC_RUN_ID"))
+        .or_else(|| {
+            var("SLURM_JOB_ID").map(|j| match var("SLURM_STEP_ID") {
+                Some(s) => format!("slurm-{j}.{s}"),
+                None => format!("slurm-{j}"),
+            })
+        })
+        .or_else(|| var("PBS_JOBID"))
+        .or_else(|| var("LSB_JOBID").map(|j| format!("lsf-{j}")))
+        .or_else(|| {
+            Some(format!(
+                "ms-{}:{}",
+                var("MS_SCHED_HOST")?,
+                var("MS_SCHED_PORT")?
+            ))
+        })
+}
+
 impl Collector {
     /// Starts streaming; returns at once, connecting in the background (a hub that is not up
     /// yet is retried with backoff while records queue).
@@ -236,6 +271,12 @@ impl Collector {
             host: options.host.clone().unwrap_or_else(hostname),
             rank: options.rank,
             world_size: options.world_size,
+            job: options
+                .job
+                .clone()
+                .or_else(|| (options.world_size > 1).then(job_from_env).flatten())
+                .unwrap_or_default(),
+            framework: options.framework.clone(),
             started_at: unix_now(),
         };
         let archive = match &options.archive_dir {

@@ -1,5 +1,6 @@
 //! The page's words in English and Chinese. The language follows the browser
-//! (`navigator.language`), `?lang=zh|en` overrides it, and the header button switches.
+//! (`navigator.language`), `?lang=zh|en` overrides it (see `view.rs`), and the header button
+//! switches.
 
 use stepstream_protocol::RunStatus;
 
@@ -11,13 +12,7 @@ pub enum Lang {
 
 impl Lang {
     pub fn detect() -> Lang {
-        if let Some(l) = crate::query_param("lang") {
-            return if l.starts_with("zh") {
-                Lang::Zh
-            } else {
-                Lang::En
-            };
-        }
+        // `?lang=` is the view's (`view.rs`); this is the browser's language.
         let nav = web_sys::window()
             .and_then(|w| w.navigator().language())
             .unwrap_or_default();
@@ -58,6 +53,38 @@ pub enum Text {
     NoRuns,
     PickRun,
     SwitchLanguage,
+    Search,
+    AllStatuses,
+    GroupByProject,
+    Ranks,
+    Smoothing,
+    XAxis,
+    AxisStep,
+    AxisWall,
+    AxisRelative,
+    Follow,
+    Zoomed,
+    FilterMetrics,
+    GroupTraining,
+    GroupSpeed,
+    GroupSystem,
+    GroupOther,
+    LogScale,
+    IgnoreOutliers,
+    Enlarge,
+    Png,
+    Csv,
+    Config,
+    Host,
+    Rank,
+    Framework,
+    Started,
+    Duration,
+    AlertsWord,
+    Compare,
+    OnlyDiff,
+    Key,
+    Theme,
 }
 
 pub fn t(lang: Lang, text: Text) -> &'static str {
@@ -87,6 +114,70 @@ pub fn t(lang: Lang, text: Text) -> &'static str {
         (Lang::Zh, PickRun) => "点击一个或多个训练任务查看曲线。",
         (Lang::En, SwitchLanguage) => "中文",
         (Lang::Zh, SwitchLanguage) => "English",
+        (Lang::En, Search) => "Search: name, project, key=value",
+        (Lang::Zh, Search) => "搜索：名称、项目、key=value",
+        (Lang::En, AllStatuses) => "all statuses",
+        (Lang::Zh, AllStatuses) => "全部状态",
+        (Lang::En, GroupByProject) => "group by project",
+        (Lang::Zh, GroupByProject) => "按项目分组",
+        (Lang::En, Ranks) => "ranks",
+        (Lang::Zh, Ranks) => "个进程",
+        (Lang::En, Smoothing) => "Smoothing",
+        (Lang::Zh, Smoothing) => "平滑",
+        (Lang::En, XAxis) => "x axis",
+        (Lang::Zh, XAxis) => "横轴",
+        (Lang::En, AxisStep) => "step",
+        (Lang::Zh, AxisStep) => "步数",
+        (Lang::En, AxisWall) => "wall time",
+        (Lang::Zh, AxisWall) => "时间",
+        (Lang::En, AxisRelative) => "relative time",
+        (Lang::Zh, AxisRelative) => "相对时间",
+        (Lang::En, Follow) => "Follow live",
+        (Lang::Zh, Follow) => "跟随最新",
+        (Lang::En, Zoomed) => "zoomed",
+        (Lang::Zh, Zoomed) => "已缩放",
+        (Lang::En, FilterMetrics) => "Filter metrics",
+        (Lang::Zh, FilterMetrics) => "筛选指标",
+        (Lang::En, GroupTraining) => "Training",
+        (Lang::Zh, GroupTraining) => "训练",
+        (Lang::En, GroupSpeed) => "Speed",
+        (Lang::Zh, GroupSpeed) => "速度",
+        (Lang::En, GroupSystem) => "System",
+        (Lang::Zh, GroupSystem) => "系统",
+        (Lang::En, GroupOther) => "Other",
+        (Lang::Zh, GroupOther) => "其他",
+        (Lang::En, LogScale) => "log",
+        (Lang::Zh, LogScale) => "对数",
+        (Lang::En, IgnoreOutliers) => "ignore outliers",
+        (Lang::Zh, IgnoreOutliers) => "忽略离群点",
+        (Lang::En, Enlarge) => "enlarge",
+        (Lang::Zh, Enlarge) => "放大",
+        (Lang::En, Png) => "PNG",
+        (Lang::Zh, Png) => "PNG",
+        (Lang::En, Csv) => "CSV",
+        (Lang::Zh, Csv) => "CSV",
+        (Lang::En, Config) => "Config",
+        (Lang::Zh, Config) => "超参数",
+        (Lang::En, Host) => "Host",
+        (Lang::Zh, Host) => "主机",
+        (Lang::En, Rank) => "Rank",
+        (Lang::Zh, Rank) => "进程号",
+        (Lang::En, Framework) => "Framework",
+        (Lang::Zh, Framework) => "框架",
+        (Lang::En, Started) => "Started",
+        (Lang::Zh, Started) => "开始",
+        (Lang::En, Duration) => "Duration",
+        (Lang::Zh, Duration) => "时长",
+        (Lang::En, AlertsWord) => "Alerts",
+        (Lang::Zh, AlertsWord) => "告警",
+        (Lang::En, Compare) => "Compare",
+        (Lang::Zh, Compare) => "对比",
+        (Lang::En, OnlyDiff) => "only differing keys",
+        (Lang::Zh, OnlyDiff) => "仅显示不同的键",
+        (Lang::En, Key) => "Key",
+        (Lang::Zh, Key) => "键",
+        (Lang::En, Theme) => "Theme",
+        (Lang::Zh, Theme) => "主题",
     }
 }
 

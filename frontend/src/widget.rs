@@ -87,14 +87,26 @@ impl ChartWidget {
             }
             let d = d.borrow();
             if let Some(series) = d.series.get(&metric) {
-                let markers = d.alert_steps();
+                let markers: Vec<f64> = d.alert_steps().into_iter().map(|s| s as f64).collect();
                 let line = crate::chart::Line {
                     label: &metric,
-                    color: 0,
-                    series,
+                    color: crate::chart::theme::color_of(run.as_str()),
+                    xs: &series.xs,
+                    steps: &series.steps,
+                    values: &series.values,
+                    smoothed: None,
                     markers: &markers,
                 };
-                if let Some(drawn) = crate::chart::draw(&canvas, &metric, &[line]) {
+                let options = crate::chart::Options {
+                    title: &metric,
+                    window: None,
+                    axis: crate::chart::scale::Axis::Step,
+                    log: false,
+                    robust: false,
+                    theme: &crate::chart::theme::LIGHT,
+                    legend: false,
+                };
+                if let Some(drawn) = crate::chart::draw(&canvas, &[line], &options) {
                     let _ = canvas.set_attribute("data-points", &series.received.to_string());
                     let _ = canvas.set_attribute("data-drawn", &drawn.drawn.to_string());
                 }

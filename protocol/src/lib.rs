@@ -27,6 +27,7 @@
 
 pub mod codec;
 pub mod csv;
+pub mod decimate;
 
 pub use codec::DecodeError;
 use serde::{Deserialize, Serialize};
@@ -97,6 +98,11 @@ pub struct RunIdentity {
     pub host: String,
     pub rank: u32,
     pub world_size: u32,
+    /// The distributed job this run is one rank of: the same for every rank of one launch
+    /// (from the launcher's environment, or given by the user); empty for a lone run.
+    pub job: String,
+    /// What trained it (`mindspore`, `pytorch`, `tail`...); empty when unknown.
+    pub framework: String,
     /// Unix seconds.
     pub started_at: f64,
 }
@@ -265,6 +271,9 @@ pub struct RunSummary {
     pub host: String,
     pub rank: u32,
     pub world_size: u32,
+    /// See [`RunIdentity::job`].
+    pub job: String,
+    pub framework: String,
     pub started_at: f64,
     pub status: RunStatus,
     pub status_message: Option<String>,
@@ -301,6 +310,8 @@ pub struct Series {
     pub metric: MetricId,
     pub steps: Vec<i64>,
     pub values: Vec<f64>,
+    /// Each point's record wall time, unix seconds (for wall-time and relative-time axes).
+    pub times: Vec<f64>,
 }
 
 /// A chunk of a run's history: every stored point with `seq <= through_seq` (after

@@ -28,6 +28,8 @@ fn summary() -> RunSummary {
         host: "node0".into(),
         rank: 0,
         world_size: 8,
+        job: "llama-20261202".into(),
+        framework: "mindspore".into(),
         started_at: 1_764_700_000.0,
         status: RunStatus::Stale,
         status_message: Some("no data for 31 s".into()),
@@ -59,6 +61,8 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                     host: "node0".into(),
                     rank: 0,
                     world_size: 8,
+                    job: "llama-20261202".into(),
+                    framework: "mindspore".into(),
                     started_at: 1_764_700_000.0,
                 },
             })
@@ -180,6 +184,12 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                     metric: MetricId(0),
                     steps: vec![1, 50, 51, 100],
                     values: vec![3.0, 9.5, 0.5, 1.0],
+                    times: vec![
+                        1_764_700_001.0,
+                        1_764_700_050.0,
+                        1_764_700_051.0,
+                        1_764_700_100.0,
+                    ],
                 }],
                 done: true,
             })

@@ -147,6 +147,8 @@ def init(
     defer_every: int = 10,
     memory_records: int = 500_000,
     spool_dir: Optional[str] = None,
+    job: Optional[str] = None,
+    framework: str = "",
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 
@@ -157,6 +159,11 @@ def init(
     memory_records / spool_dir: while the hub is away, up to this many records wait in
         memory; the rest go to a spool file (default: ``<archive_dir>/.spool``, else the temp
         dir) and are sent, in order, when the hub is back.
+    job: the distributed job this process is a rank of, the same for every rank of one
+        launch (default: ``$STEPSTREAM_JOB``, else the launcher's job id: torchrun, Slurm,
+        PBS, LSF, MindSpore's scheduler address). The web app shows a job as one row that
+        expands into its ranks, and the straggler alert compares the ranks of a job.
+    framework: what trains the model (``mindspore``, ``pytorch``...), shown in the run panel.
     """
     rank, world_size, _local = detect_rank()
     if rank != 0 and not all_ranks:
@@ -169,7 +176,7 @@ def init(
         name = script
     tag = ""
     if all_ranks and world_size > 1:
-        name = f"{name}-rank{rank}"
+        # The rank travels as data (rank, world size, job); the name stays the job's.
         tag = f"rank{rank}"
         if run_id:
             run_id = f"{run_id}-r{rank}"
@@ -192,5 +199,7 @@ def init(
         system_interval=system_interval if system_metrics else None,
         memory_records=memory_records,
         spool_dir=spool_dir,
+        job=job,
+        framework=framework,
     )
     return Run(native, rank, world_size)

@@ -164,6 +164,7 @@ class StepStreamCallback(Callback):
         self.run = run
         self._own_run = run is None
         self._init_kwargs = init_kwargs
+        self._init_kwargs.setdefault("framework", "mindspore")
         self.seq_len = seq_len
         self.perplexity = perplexity
         self.lr_every = max(1, int(lr_every))

@@ -82,11 +82,13 @@ def test_rank_detection_and_only_rank_zero_reports(monkeypatch, hub):
     quiet = stepstream.init(hub=hub.url, name="ranked", archive_dir=None)
     assert not quiet.active
     quiet.log({"loss": 1.0}, step=1)
+    monkeypatch.setenv("STEPSTREAM_JOB", "launch-7")
     loud = stepstream.init(hub=hub.url, name="ranked", all_ranks=True, archive_dir=None, system_metrics=False)
     loud.log({"loss": 1.0, "step_time": 0.1}, step=1)
     assert loud.finish()["delivered"]
     info = hub.run(loud.run_id)
-    assert info["name"] == "ranked-rank2" and info["rank"] == 2 and info["world_size"] == 4
+    assert info["name"] == "ranked" and info["rank"] == 2 and info["world_size"] == 4
+    assert info["job"] == "launch-7"
 
 
 def test_system_metrics_are_sampled(hub):

@@ -251,7 +251,8 @@ impl Default for Memory {
     }
 }
 
-/// Where several ranks of one job report (runs of one project named `NAME-rankN`), a rank
+/// Where several ranks of one job report (runs of one project with the same
+/// [`RunIdentity::job`](stepstream_protocol::RunIdentity::job)), a rank
 /// whose smoothed step time stays above `factor` times the other ranks' median.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -275,11 +276,10 @@ impl Default for Straggler {
     }
 }
 
-/// The job a rank-tagged run belongs to: `(project, NAME)` for a run named `NAME-rankN`.
-pub fn job_of(project: &str, name: &str) -> Option<(String, String)> {
-    let (base, rank) = name.rsplit_once("-rank")?;
-    (!rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| (project.to_string(), base.to_string()))
+/// The job a run is one rank of, as the collector sent it: `(project, job)`; `None` for a
+/// lone run (no job identity).
+pub fn job_of(identity: &stepstream_protocol::RunIdentity) -> Option<(String, String)> {
+    (!identity.job.is_empty()).then(|| (identity.project.clone(), identity.job.clone()))
 }
 
 /// What a rule says about one record.
@@ -913,11 +913,22 @@ mod tests {
     #[test]
     fn straggler_needs_a_persistently_slower_rank() {
         let rules = Rules::default();
-        assert_eq!(
-            job_of("p", "llama-rank3"),
-            Some(("p".into(), "llama".into()))
-        );
-        assert_eq!(job_of("p", "llama"), None);
+        let mut id = stepstream_protocol::RunIdentity {
+            run_id: stepstream_protocol::RunId::new("r3").unwrap(),
+            project: "p".into(),
+            name: "llama-rank3".into(),
+            config_json: "{}".into(),
+            host: "h".into(),
+            rank: 3,
+            world_size: 4,
+            job: String::new(),
+            framework: String::new(),
+            started_at: 0.0,
+        };
+        // A name suffix is not a job: only the identity the collector sent groups ranks.
+        assert_eq!(job_of(&id), None);
+        id.job = "torchrun-42".into();
+        assert_eq!(job_of(&id), Some(("p".into(), "torchrun-42".into())));
         let mut fast = RunRules::new("{}");
         let mut slow = RunRules::new("{}");
         let mut fired = None;

@@ -4,7 +4,7 @@
 //! `"Infinity"` and `"-Infinity"`.
 
 use crate::downsample::Budgeted;
-use crate::hub::{Run, RunState};
+use crate::hub::Run;
 use crate::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -71,6 +71,8 @@ fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
         "host": s.host,
         "rank": s.rank,
         "world_size": s.world_size,
+        "job": s.job,
+        "framework": s.framework,
         "started_at": s.started_at,
         "status": s.status.as_str(),
         "status_message": s.status_message,
@@ -99,14 +101,32 @@ pub async fn health(State(app): State<AppState>) -> Json<Value> {
     }))
 }
 
-pub async fn list_runs(State(app): State<AppState>) -> Json<Value> {
+#[derive(Deserialize)]
+pub struct ListQuery {
+    /// `?config=1`: each run's hyper-parameters too (the web app's `key=value` search).
+    #[serde(default)]
+    config: Option<String>,
+}
+
+pub async fn list_runs(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Json<Value> {
     let now = unix_now();
     let stale = app.stale_after_s;
+    let with_config = q.config.is_some_and(|c| c == "1" || c == "true");
     let runs: Vec<Value> = app
         .hub
         .runs()
         .iter()
-        .map(|r| summary_json(&r.state(RunState::summary), now, stale))
+        .map(|r| {
+            let (summary, config) = r.state(|st| {
+                let config = with_config.then(|| st.identity.config_json.clone());
+                (st.summary(), config)
+            });
+            let mut v = summary_json(&summary, now, stale);
+            if let Some(c) = config {
+                v["config"] = serde_json::from_str(&c).unwrap_or(Value::String(c));
+            }
+            v
+        })
         .collect();
     Json(json!({ "now": now, "runs": runs }))
 }
@@ -142,7 +162,9 @@ pub struct SeriesQuery {
     budget: Option<usize>,
 }
 
-/// One metric over a step range, M4-downsampled to the budget (default 2000 points).
+/// One metric over the steps `from..=to` (default: the whole run), every raw point while
+/// they fit the budget (default 2000), else M4-downsampled to it; each point with its wall
+/// time. Found through the step index, so a narrow window of a long run is cheap.
 pub async fn series(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -172,15 +194,15 @@ pub async fn series(
     let (points, total) = app
         .hub
         .store
-        .scan(
+        .scan_steps(
             run.key,
-            0,
+            (lo, hi),
             last_seq,
             (Budgeted::new(budget, (lo, hi)), 0u64),
             move |(points, total), _, records| {
                 for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
                     if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
-                        points.push(r.step, v);
+                        points.push(r.step, v, r.wall_time);
                         *total += 1;
                     }
                 }
@@ -188,7 +210,7 @@ pub async fn series(
             },
         )
         .await?;
-    let (steps, values, downsampled) = points.finish();
+    let (steps, values, times, downsampled) = points.finish();
     Ok(Json(json!({
         "run_id": id,
         "metric": q.metric,
@@ -199,6 +221,7 @@ pub async fn series(
         "downsampled": downsampled,
         "steps": steps,
         "values": values.into_iter().map(json_f64).collect::<Vec<_>>(),
+        "times": times,
     })))
 }
 

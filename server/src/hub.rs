@@ -128,6 +128,8 @@ impl RunState {
             host: id.host.clone(),
             rank: id.rank,
             world_size: id.world_size,
+            job: id.job.clone(),
+            framework: id.framework.clone(),
             started_at: id.started_at,
             status: self.status,
             status_message: self.status_message.clone(),
@@ -457,17 +459,16 @@ impl Hub {
     }
 
     /// The smoothed step times of the other running ranks of this run's job, when it is one
-    /// rank of several (`NAME-rankN`).
+    /// rank of several (the same job identity).
     fn other_ranks_step_times(&self, run: &Run) -> Option<Vec<f64>> {
-        let job = run.state(|st| crate::alerts::job_of(&st.identity.project, &st.identity.name))?;
+        let job = run.state(|st| crate::alerts::job_of(&st.identity))?;
         let others: Vec<f64> = self
             .runs()
             .iter()
             .filter(|r| r.key != run.key)
             .filter_map(|r| {
                 r.state(|st| {
-                    let same = crate::alerts::job_of(&st.identity.project, &st.identity.name)
-                        .is_some_and(|j| j == job);
+                    let same = crate::alerts::job_of(&st.identity).is_some_and(|j| j == job);
                     (same && st.status == RunStatus::Running)
                         .then_some(st.rules.step_time_ema)
                         .flatten()

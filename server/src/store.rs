@@ -145,7 +145,10 @@ CREATE TABLE IF NOT EXISTS runs (
     last_point_at REAL,
     records INTEGER NOT NULL DEFAULT 0,
     last_values BLOB,
-    status_at REAL
+    status_at REAL,
+    job TEXT NOT NULL DEFAULT '',
+    framework TEXT NOT NULL DEFAULT '',
+    max_span INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL,
@@ -168,9 +171,90 @@ CREATE TABLE IF NOT EXISTS batches (
     seq INTEGER NOT NULL,
     n INTEGER NOT NULL,
     data BLOB NOT NULL,
+    lo_step INTEGER,
+    hi_step INTEGER,
     PRIMARY KEY (run_key, seq)
 ) WITHOUT ROWID;
 ";
+
+/// Indexes created after [`migrate`] added the columns they cover.
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS batches_by_step ON batches (run_key, lo_step);
+";
+
+/// The schema version this build writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 2;
+
+/// Brings a database written by an older build to [`SCHEMA_VERSION`]: version 1 had no job,
+/// framework or step range columns; the step range of each stored batch is read back from
+/// its blob, so range queries are exact on old runs too.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    let has = |table: &str, column: &str| -> rusqlite::Result<bool> {
+        let mut stmt = tx.prepare(&format!("PRAGMA table_info({table})"))?;
+        let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+        for name in names {
+            if name? == column {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    for (table, column, decl) in [
+        ("runs", "job", "TEXT NOT NULL DEFAULT ''"),
+        ("runs", "framework", "TEXT NOT NULL DEFAULT ''"),
+        ("runs", "max_span", "INTEGER NOT NULL DEFAULT 0"),
+        ("batches", "lo_step", "INTEGER"),
+        ("batches", "hi_step", "INTEGER"),
+    ] {
+        if !has(table, column)? {
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+        }
+    }
+    let mut ranges = Vec::new();
+    {
+        let mut stmt =
+            tx.prepare("SELECT run_key, seq, data FROM batches WHERE lo_step IS NULL")?;
+        let mut rows = stmt.query([])?;
+        let mut records = Vec::new();
+        while let Some(row) = rows.next()? {
+            let (key, seq): (RunKey, i64) = (row.get(0)?, row.get(1)?);
+            records.clear();
+            let blob = row.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?;
+            decode_records(blob, &mut records).ok_or(StoreError::Corrupt {
+                run_key: key,
+                seq: seq as u64,
+            })?;
+            if let Some((lo, hi)) = step_range(&records) {
+                ranges.push((key, seq, lo, hi));
+            }
+        }
+    }
+    for (key, seq, lo, hi) in ranges {
+        tx.execute(
+            "UPDATE batches SET lo_step = ?3, hi_step = ?4 WHERE run_key = ?1 AND seq = ?2",
+            params![key, seq, lo, hi],
+        )?;
+    }
+    tx.execute_batch(
+        "UPDATE runs SET max_span = coalesce((SELECT max(hi_step - lo_step) FROM batches \
+         WHERE run_key = runs.key), 0);",
+    )?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The lowest and highest step of some records.
+fn step_range(records: &[StepRecord]) -> Option<(i64, i64)> {
+    let lo = records.iter().map(|r| r.step).min()?;
+    let hi = records.iter().map(|r| r.step).max()?;
+    Some((lo, hi))
+}
 
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
@@ -193,13 +277,15 @@ impl Store {
                 })?;
             }
         }
-        let conn = open_connection(path)?;
+        let mut conn = open_connection(path)?;
         conn.pragma_update(
             None,
             "synchronous",
             if fsync_every_commit { "FULL" } else { "NORMAL" },
         )?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&mut conn)?;
+        conn.execute_batch(INDEXES)?;
         let runs = load_runs(&conn)?;
 
         let (tx, rx) = mpsc::channel(4096);
@@ -372,15 +458,50 @@ impl Store {
         .await
     }
 
-    /// The step of the run's first stored record.
+    /// The lowest step stored for the run.
     pub async fn first_step(&self, key: RunKey) -> Result<Option<i64>> {
-        let first = self
-            .scan(key, 0, i64::MAX as u64, None, |first, _, records| {
-                *first = records.first().map(|r| r.step);
-                ControlFlow::Break(())
-            })
-            .await?;
-        Ok(first)
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT min(lo_step) FROM batches WHERE run_key = ?1")?
+                .query_row([key], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    /// Like [`Store::scan`], but only the batches that may hold a step in `lo..=hi`, found
+    /// through the step index: the cost grows with the range, not with the run. Batches come
+    /// in sequence order; `f` still sees whole batches and must skip steps outside the range.
+    pub async fn scan_steps<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        (lo, hi): (i64, i64),
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |conn| {
+            // A batch overlapping `lo..=hi` starts at or before `hi` and no further below
+            // `lo` than the widest batch of the run spans (`max_span`, kept on append).
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, data FROM batches WHERE run_key = ?1 \
+                 AND lo_step >= ?2 - (SELECT max_span FROM runs WHERE key = ?1) \
+                 AND lo_step <= ?3 AND hi_step >= ?2 AND seq <= ?4 ORDER BY seq",
+            )?;
+            let mut rows = stmt.query(params![key, lo, hi, through_seq as i64])?;
+            let mut records = Vec::new();
+            while let Some(row) = rows.next()? {
+                let seq = row.get::<_, i64>(0)? as u64;
+                let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+                records.clear();
+                decode_records(blob, &mut records)
+                    .ok_or(StoreError::Corrupt { run_key: key, seq })?;
+                if f(&mut state, seq, &records).is_break() {
+                    break;
+                }
+            }
+            Ok(state)
+        })
+        .await
     }
 
     /// The run's hyper-parameter config, as stored.
@@ -408,8 +529,8 @@ fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
     }
     let mut stmt = conn.prepare(
         "SELECT key, run_id, project, name, config, host, rank, world_size, started_at, status, \
-         status_message, last_activity, last_seq, last_step, last_point_at, records, last_values \
-         FROM runs ORDER BY key",
+         status_message, last_activity, last_seq, last_step, last_point_at, records, last_values, \
+         job, framework FROM runs ORDER BY key",
     )?;
     let mut rows = stmt.query([])?;
     let mut runs = Vec::new();
@@ -432,6 +553,8 @@ fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
                 host: row.get(5)?,
                 rank: row.get(6)?,
                 world_size: row.get(7)?,
+                job: row.get(17)?,
+                framework: row.get(18)?,
                 started_at: row.get(8)?,
             },
             status: RunStatus::parse(&status).unwrap_or(RunStatus::Stale),
@@ -507,10 +630,11 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
             let id = &identity.run_id;
             tx.prepare_cached(
                 "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
-                 started_at, status, last_activity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
-                 'running', ?9) ON CONFLICT(run_id) DO UPDATE SET project = excluded.project, \
-                 name = excluded.name, config = excluded.config, host = excluded.host, \
-                 rank = excluded.rank, world_size = excluded.world_size, status = 'running', \
+                 started_at, status, last_activity, job, framework) VALUES (?1, ?2, ?3, ?4, \
+                 ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11) ON CONFLICT(run_id) DO UPDATE SET \
+                 project = excluded.project, name = excluded.name, config = excluded.config, \
+                 host = excluded.host, rank = excluded.rank, world_size = excluded.world_size, \
+                 job = excluded.job, framework = excluded.framework, status = 'running', \
                  status_message = NULL, last_activity = excluded.last_activity",
             )?
             .execute(params![
@@ -522,7 +646,9 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                 identity.rank,
                 identity.world_size,
                 identity.started_at,
-                at
+                at,
+                identity.job,
+                identity.framework,
             ])?;
             let key = tx
                 .prepare_cached("SELECT key FROM runs WHERE run_id = ?1")?
@@ -545,15 +671,26 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
             tail,
             ..
         } => {
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO batches (run_key, seq, n, data) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(params![
-                key,
-                *seq as i64,
-                records.len() as i64,
-                encode_records(records)
-            ])?;
+            let range = step_range(records);
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO batches (run_key, seq, n, data, lo_step, hi_step) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    key,
+                    *seq as i64,
+                    records.len() as i64,
+                    encode_records(records),
+                    range.map(|r| r.0),
+                    range.map(|r| r.1),
+                ])?;
+            if let (1, Some((lo, hi))) = (inserted, range) {
+                tx.prepare_cached(
+                    "UPDATE runs SET max_span = ?2 WHERE key = ?1 AND max_span < ?2",
+                )?
+                .execute(params![key, hi.saturating_sub(lo)])?;
+            }
             tx.prepare_cached(
                 "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
                  records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
@@ -716,6 +853,8 @@ mod tests {
             host: "h".into(),
             rank: 0,
             world_size: 1,
+            job: String::new(),
+            framework: String::new(),
             started_at: 1.0,
         }
     }

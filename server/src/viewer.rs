@@ -357,7 +357,7 @@ async fn backfill(
                             per_metric
                                 .entry(id)
                                 .or_insert_with(|| Budgeted::new(budget, range))
-                                .push(r.step, v);
+                                .push(r.step, v, r.wall_time);
                         }
                     }
                     ControlFlow::Continue(())
@@ -370,12 +370,13 @@ async fn backfill(
                 let series = per_metric
                     .into_iter()
                     .map(|(metric, points): (MetricId, Budgeted)| {
-                        let (steps, values, thinned) = points.finish();
+                        let (steps, values, times, thinned) = points.finish();
                         downsampled |= thinned;
                         Series {
                             metric,
                             steps,
                             values,
+                            times,
                         }
                     })
                     .collect();
@@ -446,9 +447,11 @@ impl Chunk {
                     metric: id,
                     steps: Vec::new(),
                     values: Vec::new(),
+                    times: Vec::new(),
                 });
                 s.steps.push(r.step);
                 s.values.push(v);
+                s.times.push(r.wall_time);
                 self.values += 1;
             }
         }

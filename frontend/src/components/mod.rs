@@ -1,0 +1,8 @@
+//! The page's parts, one module each: the header with its banner, legend and alert list
+//! (`header`), the run list (`runs`), the run panel and config comparison (`panel`), and
+//! the chart groups with their toolbar (`charts`).
+
+pub mod charts;
+pub mod header;
+pub mod panel;
+pub mod runs;

@@ -1,0 +1,266 @@
+//! The run list: search (name, project, run id, job, config `key=value`), a status filter,
+//! sorting by any column, grouping by project, and the ranks of one distributed job shown
+//! as one row that expands. Each run's colour is its own, here as on the charts.
+
+use crate::chart::scale::value;
+use crate::chart::theme::{color_of, css};
+use crate::i18n::{self, t, Text};
+use crate::state::{Column, Ctx};
+use leptos::prelude::*;
+use std::cmp::Ordering;
+use stepstream_protocol::{RunId, RunStatus, RunSummary};
+
+/// A line of the list.
+#[derive(Clone)]
+enum Row {
+    Project(String),
+    Run(RunSummary, bool),
+    Job(String, Vec<RunSummary>),
+}
+
+fn loss(r: &RunSummary) -> Option<f64> {
+    r.last_values
+        .iter()
+        .find(|(k, _)| k == "loss")
+        .map(|(_, v)| *v)
+}
+
+fn compare(a: &RunSummary, b: &RunSummary, col: Column) -> Ordering {
+    let f =
+        |x: Option<f64>, y: Option<f64>| x.unwrap_or(f64::MIN).total_cmp(&y.unwrap_or(f64::MIN));
+    match col {
+        Column::Project => a.project.cmp(&b.project),
+        Column::Name => a.name.cmp(&b.name),
+        Column::Status => a.status.as_str().cmp(b.status.as_str()),
+        Column::LastStep => a.last_step.cmp(&b.last_step),
+        Column::LastLoss => f(loss(a), loss(b)),
+        Column::Age => f(b.last_point_at, a.last_point_at),
+        Column::Started => a.started_at.total_cmp(&b.started_at),
+    }
+}
+
+/// Whether a run matches every search word: `key=value` against its flattened config,
+/// anything else against its name, project, id and job.
+fn matches(r: &RunSummary, words: &[String], config: Option<&Vec<(String, String)>>) -> bool {
+    words.iter().all(|w| match w.split_once('=') {
+        Some((k, v)) => config.is_some_and(|c| {
+            c.iter()
+                .any(|(ck, cv)| ck.to_lowercase() == k && cv.to_lowercase() == v)
+        }),
+        None => [&r.name, &r.project, &r.job, &r.run_id.to_string()]
+            .iter()
+            .any(|s| s.to_lowercase().contains(w.as_str())),
+    })
+}
+
+fn rows(ctx: &Ctx) -> Vec<Row> {
+    let search = ctx.search.get().to_lowercase();
+    let words: Vec<String> = search.split_whitespace().map(String::from).collect();
+    if words.iter().any(|w| w.contains('=')) && ctx.configs.with_untracked(Option::is_none) {
+        ctx.load_configs();
+    }
+    let configs = ctx.configs.get();
+    let status = ctx.status_filter.get();
+    let (col, asc) = ctx.sort.get();
+    let mut runs: Vec<RunSummary> = ctx
+        .runs
+        .get()
+        .into_iter()
+        .filter(|r| status.is_empty() || r.status.as_str() == status)
+        .filter(|r| matches(r, &words, configs.as_ref().and_then(|c| c.get(&r.run_id))))
+        .collect();
+    let order = |a: &RunSummary, b: &RunSummary| {
+        let o = compare(a, b, col).then_with(|| a.run_id.cmp(&b.run_id));
+        if asc {
+            o
+        } else {
+            o.reverse()
+        }
+    };
+    runs.sort_by(order);
+    // Ranks of one job gather under the job's row, placed where its first rank sorts.
+    let mut items: Vec<Row> = Vec::new();
+    for r in runs {
+        if r.job.is_empty() {
+            items.push(Row::Run(r, false));
+            continue;
+        }
+        let found = items.iter_mut().find_map(|it| match it {
+            Row::Job(j, ranks) if *j == r.job && ranks[0].project == r.project => Some(ranks),
+            _ => None,
+        });
+        match found {
+            Some(ranks) => ranks.push(r),
+            None => items.push(Row::Job(r.job.clone(), vec![r])),
+        }
+    }
+    if ctx.by_project.get() {
+        let project = |it: &Row| match it {
+            Row::Run(r, _) => r.project.clone(),
+            Row::Job(_, ranks) => ranks[0].project.clone(),
+            Row::Project(p) => p.clone(),
+        };
+        items.sort_by_key(project);
+        let mut grouped = Vec::new();
+        for it in items {
+            let p = project(&it);
+            if !grouped
+                .iter()
+                .any(|g| matches!(g, Row::Project(q) if *q == p))
+            {
+                grouped.push(Row::Project(p));
+            }
+            grouped.push(it);
+        }
+        items = grouped;
+    }
+    let expanded = ctx.expanded.get();
+    let mut out = Vec::new();
+    for it in items {
+        if let Row::Job(job, mut ranks) = it {
+            ranks.sort_by_key(|r| r.rank);
+            let open = expanded.contains(&job);
+            let children = ranks.clone();
+            out.push(Row::Job(job, ranks));
+            if open {
+                out.extend(children.into_iter().map(|r| Row::Run(r, true)));
+            }
+        } else {
+            out.push(it);
+        }
+    }
+    out
+}
+
+#[component]
+pub fn RunList(ctx: Ctx) -> impl IntoView {
+    let lang = ctx.lang;
+    let header = move |col: Column, text: Text| {
+        view! {
+            <th data-sort=format!("{col:?}").to_lowercase()
+                class:sorted=move || ctx.sort.get().0 == col
+                on:click=move |_| ctx.sort.update(|s| *s = (col, if s.0 == col { !s.1 } else { true }))>
+                {move || t(lang.get(), text)}
+                {move || match ctx.sort.get() { (c, true) if c == col => " ▲", (c, false) if c == col => " ▼", _ => "" }}
+            </th>
+        }
+    };
+    view! {
+        <div class="list-tools">
+            <input class="search" type="search" placeholder=move || t(lang.get(), Text::Search)
+                prop:value=move || ctx.search.get()
+                on:input=move |ev| ctx.search.set(event_target_value(&ev))/>
+            <select class="status-filter" on:change=move |ev| ctx.status_filter.set(event_target_value(&ev))>
+                <option value="">{move || t(lang.get(), Text::AllStatuses)}</option>
+                {[RunStatus::Running, RunStatus::Stale, RunStatus::Finished, RunStatus::Failed, RunStatus::Killed]
+                    .into_iter().map(|s| view! { <option value=s.as_str()>{move || i18n::status(lang.get(), s)}</option> }).collect_view()}
+            </select>
+            <label class="by-project"><input type="checkbox" prop:checked=move || ctx.by_project.get()
+                on:change=move |ev| ctx.by_project.set(event_target_checked(&ev))/>
+                {move || t(lang.get(), Text::GroupByProject)}</label>
+        </div>
+        <Show when=move || ctx.runs.with(|r| !r.is_empty())
+            fallback=move || view! { <p class="hint">{move || t(lang.get(), Text::NoRuns)}</p> }>
+            <table class="run-list">
+                <thead><tr>
+                    <th></th>
+                    {header(Column::Project, Text::Project)}
+                    {header(Column::Name, Text::Name)}
+                    {header(Column::Status, Text::Status)}
+                    {header(Column::LastStep, Text::LastStep)}
+                    {header(Column::LastLoss, Text::LastLoss)}
+                    {header(Column::Age, Text::Age)}
+                </tr></thead>
+                <tbody>
+                    {move || {
+                        let now = ctx.now.get() / 1000.0 + ctx.hub_offset.get();
+                        let selected = ctx.selected.get();
+                        rows(&ctx).into_iter().map(|row| match row {
+                            Row::Project(p) => view! {
+                                <tr class="project-row" data-project=p.clone()><td colspan="7">{p.clone()}</td></tr>
+                            }.into_any(),
+                            Row::Run(r, nested) => run_row(ctx, r, nested, &selected, now).into_any(),
+                            Row::Job(job, ranks) => job_row(ctx, job, ranks, &selected).into_any(),
+                        }).collect_view()
+                    }}
+                </tbody>
+            </table>
+        </Show>
+    }
+}
+
+fn run_row(ctx: Ctx, r: RunSummary, nested: bool, selected: &[RunId], now: f64) -> impl IntoView {
+    let lang = ctx.lang;
+    let id = r.run_id.clone();
+    let on = selected.contains(&id);
+    let color = css(color_of(id.as_str()));
+    let loss = loss(&r).map(value);
+    let age = r
+        .last_point_at
+        .map(|t| i18n::age(lang.get_untracked(), now - t));
+    let status = r.status;
+    let name = if nested {
+        format!("rank {}", r.rank)
+    } else {
+        r.name.clone()
+    };
+    view! {
+        <tr class="run" class:selected=on class:nested=nested data-run-id=id.to_string()
+            data-status=status.as_str() data-color=color.clone() data-job=r.job.clone()
+            on:click=move |_| ctx.toggle(id.clone())>
+            <td><span class="swatch" style=format!("background:{color}")></span>
+                <input type="checkbox" prop:checked=on/></td>
+            <td>{r.project.clone()}</td>
+            <td title=r.run_id.to_string()>{name}</td>
+            <td class=format!("status {}", status.as_str())
+                title=r.status_message.clone().unwrap_or_default()>
+                {i18n::status(lang.get_untracked(), status)}
+            </td>
+            <td class="num">{r.last_step.map(|s| s.to_string()).unwrap_or_default()}</td>
+            <td class="num">{loss.unwrap_or_default()}</td>
+            <td class="num">{age.unwrap_or_default()}</td>
+        </tr>
+    }
+}
+
+fn job_row(ctx: Ctx, job: String, ranks: Vec<RunSummary>, selected: &[RunId]) -> impl IntoView {
+    let lang = ctx.lang;
+    let ids: Vec<RunId> = ranks.iter().map(|r| r.run_id.clone()).collect();
+    let on = ids.iter().all(|id| selected.contains(id));
+    let open = ctx.expanded.with_untracked(|e| e.contains(&job));
+    let first = ranks[0].clone();
+    let worst = ranks.iter().map(|r| r.status).max_by_key(|s| match s {
+        RunStatus::Failed | RunStatus::Killed => 3,
+        RunStatus::Stale => 2,
+        RunStatus::Running => 1,
+        RunStatus::Finished => 0,
+    });
+    let status = worst.unwrap_or(first.status);
+    let last = ranks.iter().filter_map(|r| r.last_step).max();
+    let n = ranks.len();
+    let j = job.clone();
+    let toggle_open = move |ev: leptos::ev::MouseEvent| {
+        ev.stop_propagation();
+        let j = j.clone();
+        ctx.expanded.update(|e| {
+            if e.contains(&j) {
+                e.retain(|x| x != &j);
+            } else {
+                e.push(j);
+            }
+        });
+    };
+    view! {
+        <tr class="job" class:selected=on data-job=job.clone() data-ranks=n.to_string()
+            data-status=status.as_str() on:click=move |_| ctx.toggle_job(ids.clone())>
+            <td><button class="expand" on:click=toggle_open>{if open { "▾" } else { "▸" }}</button>
+                <input type="checkbox" prop:checked=on/></td>
+            <td>{first.project.clone()}</td>
+            <td title=job.clone()>{first.name.clone()}" · "{n}" "{move || t(lang.get(), Text::Ranks)}</td>
+            <td class=format!("status {}", status.as_str())>{i18n::status(lang.get_untracked(), status)}</td>
+            <td class="num">{last.map(|s| s.to_string()).unwrap_or_default()}</td>
+            <td class="num">{loss(&first).map(value).unwrap_or_default()}</td>
+            <td></td>
+        </tr>
+    }
+}

@@ -1,0 +1,157 @@
+//! Which charts the page draws for a set of metric names, and in which group: training
+//! (loss, perplexity, lr, grad norm, loss scale), speed (step time, samples/s, tokens/s,
+//! data wait), system (one chart per quantity, one line per accelerator: `gpu0/mem_used_gb`
+//! and `gpu1/mem_used_gb` share the chart `gpu*/mem_used_gb`), and the rest.
+
+/// A group of charts, collapsible on the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Group {
+    Training,
+    Speed,
+    System,
+    Other,
+}
+
+impl Group {
+    pub const ALL: [Group; 4] = [Group::Training, Group::Speed, Group::System, Group::Other];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Group::Training => "training",
+            Group::Speed => "speed",
+            Group::System => "system",
+            Group::Other => "other",
+        }
+    }
+}
+
+/// One chart: its key (a metric name, or `gpu*/QUANTITY` for per-device metrics) and the
+/// metrics drawn on it, each with the device it stands for (empty for a plain metric).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChartSpec {
+    pub key: String,
+    pub group: Group,
+    pub metrics: Vec<(String, String)>,
+}
+
+const TRAINING: [&str; 9] = [
+    "loss",
+    "ppl",
+    "perplexity",
+    "lr",
+    "learning_rate",
+    "grad_norm",
+    "loss_scale",
+    "epoch",
+    "overflow",
+];
+const SPEED: [&str; 8] = [
+    "step_time",
+    "samples_per_sec",
+    "tokens_per_sec",
+    "data_wait",
+    "data_time",
+    "throughput",
+    "tokens_seen",
+    "step_time_ms",
+];
+
+/// `("gpu", "0", "mem_used_gb")` for `gpu0/mem_used_gb`.
+fn device_metric(name: &str) -> Option<(&str, &str, &str)> {
+    let (dev, quantity) = name.split_once('/')?;
+    let digits = dev.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+    let kind = &dev[..dev.len() - digits.len()];
+    (!kind.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((kind, digits, quantity))
+}
+
+fn group_of(name: &str) -> Group {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    if device_metric(name).is_some() || name.starts_with("sys/") {
+        Group::System
+    } else if TRAINING.contains(&base) || base.contains("loss") || base.starts_with("eval_") {
+        Group::Training
+    } else if SPEED.contains(&base) || base.ends_with("_per_sec") || base.ends_with("_time") {
+        Group::Speed
+    } else {
+        Group::Other
+    }
+}
+
+/// The order within a group: the well-known metrics first, in the order above.
+fn rank(key: &str) -> usize {
+    TRAINING
+        .iter()
+        .chain(SPEED.iter())
+        .position(|&m| m == key)
+        .unwrap_or(usize::MAX)
+}
+
+/// The charts for `names`, in page order (group, then well-known first, then by name).
+pub fn charts(names: &[String]) -> Vec<ChartSpec> {
+    let mut specs: Vec<ChartSpec> = Vec::new();
+    for name in names {
+        let (key, device) = match device_metric(name) {
+            Some((kind, n, quantity)) => (format!("{kind}*/{quantity}"), format!("{kind}{n}")),
+            None => (name.clone(), String::new()),
+        };
+        match specs.iter_mut().find(|s| s.key == key) {
+            Some(s) => s.metrics.push((name.clone(), device)),
+            None => specs.push(ChartSpec {
+                group: group_of(name),
+                key,
+                metrics: vec![(name.clone(), device)],
+            }),
+        }
+    }
+    for s in &mut specs {
+        s.metrics.sort_by_key(|(_, d)| {
+            let digits: String = d.chars().filter(char::is_ascii_digit).collect();
+            digits.parse::<u32>().unwrap_or(0)
+        });
+    }
+    specs.sort_by(|a, b| (a.group, rank(&a.key), &a.key).cmp(&(b.group, rank(&b.key), &b.key)));
+    specs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn devices_share_one_chart_per_quantity_and_groups_are_ordered() {
+        let specs = charts(&names(&[
+            "zeta",
+            "gpu1/mem_used_gb",
+            "samples_per_sec",
+            "gpu0/mem_used_gb",
+            "lr",
+            "loss",
+            "sys/cpu_percent",
+            "gpu0/util",
+            "gpu10/mem_used_gb",
+        ]));
+        let keys: Vec<&str> = specs.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "loss",
+                "lr",
+                "samples_per_sec",
+                "gpu*/mem_used_gb",
+                "gpu*/util",
+                "sys/cpu_percent",
+                "zeta"
+            ]
+        );
+        let mem = &specs[3];
+        assert_eq!(mem.group, Group::System);
+        let devices: Vec<&str> = mem.metrics.iter().map(|(_, d)| d.as_str()).collect();
+        assert_eq!(devices, ["gpu0", "gpu1", "gpu10"]);
+        assert_eq!(specs[6].group, Group::Other);
+    }
+}

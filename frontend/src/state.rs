@@ -1,0 +1,471 @@
+//! The page's state: the reactive part (what the DOM shows: run list, selection, view
+//! settings) in [`Ctx`], and the points in [`STORE`], outside the reactive system. Hub
+//! messages land here; they only change the store and mark the page dirty.
+
+use crate::chart::scale::Axis;
+use crate::data::{RunData, Store};
+use crate::groups::{ChartSpec, Group};
+use crate::i18n::Lang;
+use crate::view::{ThemePref, View};
+use crate::{now_ms, query_param, ws};
+use leptos::prelude::*;
+use serde_json::Value;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use stepstream_protocol::{
+    FromViewer, RunId, RunStatus, RunSummary, Subscribe, ToViewer, Unsubscribe,
+};
+
+/// History points per metric asked of the hub on subscribe (it downsamples above that).
+const HISTORY_BUDGET: u32 = 4000;
+
+thread_local! {
+    pub static STORE: RefCell<Store> = RefCell::new(Store::default());
+    static SOCKET: RefCell<Option<ws::Socket>> = const { RefCell::new(None) };
+    static DIRTY: Cell<bool> = const { Cell::new(true) };
+    /// While the view is being set from the address bar (back button), do not push it.
+    static RESTORING: Cell<bool> = const { Cell::new(false) };
+    static LAST_PUBLISH: Cell<f64> = const { Cell::new(0.0) };
+    /// The runs the address asked for, until the run list arrives and they are opened.
+    static INITIAL_RUNS: RefCell<Option<Vec<RunId>>> = const { RefCell::new(None) };
+}
+
+pub fn mark_dirty() {
+    DIRTY.with(|d| d.set(true));
+}
+
+/// Whether anything changed since the last call.
+pub fn take_dirty() -> bool {
+    DIRTY.with(|d| d.replace(false))
+}
+
+pub fn set_socket(s: ws::Socket) {
+    SOCKET.with(|slot| *slot.borrow_mut() = Some(s));
+}
+
+fn send(msg: FromViewer) {
+    SOCKET.with(|s| {
+        if let Some(s) = s.borrow().as_ref() {
+            s.send(&msg);
+        }
+    });
+}
+
+/// The subscription that continues what the page holds for `run` (after a reconnect), or
+/// starts it afresh.
+pub fn subscription(run: &RunId) -> FromViewer {
+    let last = STORE.with(|s| s.borrow().runs.get(run).and_then(|d| d.last_step()));
+    FromViewer::Subscribe(Subscribe {
+        runs: vec![run.clone()],
+        metrics: None,
+        from_step: last.map(|s| s + 1),
+        budget: if last.is_some() {
+            None
+        } else {
+            Some(HISTORY_BUDGET)
+        },
+    })
+}
+
+/// A run's config, flattened: `(dotted key, value)`, sorted by key.
+pub type Config = Vec<(String, String)>;
+
+/// One chart's own settings.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ChartOpts {
+    pub log: bool,
+    /// A y range that ignores outliers.
+    pub robust: bool,
+}
+
+/// The synchronised crosshair: an x on every chart; the tooltip belongs to one chart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hover {
+    pub x: f64,
+    pub chart: String,
+    pub text: String,
+    pub page_x: f64,
+    pub page_y: f64,
+}
+
+/// Run list columns, for sorting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Column {
+    Project,
+    Name,
+    Status,
+    LastStep,
+    LastLoss,
+    Age,
+    Started,
+}
+
+/// Everything the views share.
+#[derive(Clone, Copy)]
+pub struct Ctx {
+    pub runs: RwSignal<Vec<RunSummary>>,
+    pub selected: RwSignal<Vec<RunId>>,
+    pub charts: RwSignal<Vec<ChartSpec>>,
+    pub live: RwSignal<bool>,
+    pub lang: RwSignal<Lang>,
+    pub now: RwSignal<f64>,
+    /// Hub clock minus page clock, seconds.
+    pub hub_offset: RwSignal<f64>,
+    /// Bumped when any watched run's alerts change.
+    pub alerts: RwSignal<u64>,
+    pub stale_after: f64,
+    pub window: RwSignal<Option<(f64, f64)>>,
+    pub smoothing: RwSignal<f64>,
+    pub axis: RwSignal<Axis>,
+    pub theme: RwSignal<ThemePref>,
+    pub chart_opts: RwSignal<HashMap<String, ChartOpts>>,
+    pub enlarged: RwSignal<Option<String>>,
+    pub collapsed: RwSignal<Vec<Group>>,
+    pub filter: RwSignal<String>,
+    pub search: RwSignal<String>,
+    pub sort: RwSignal<(Column, bool)>,
+    pub by_project: RwSignal<bool>,
+    pub status_filter: RwSignal<String>,
+    pub expanded: RwSignal<Vec<String>>,
+    /// `/api/runs/{id}` answers (config and all), by run.
+    pub details: RwSignal<HashMap<RunId, Value>>,
+    /// Flattened configs of every run, for `key=value` search (asked for on first use).
+    pub configs: RwSignal<Option<HashMap<RunId, Config>>>,
+    pub only_diff: RwSignal<bool>,
+    pub hover: RwSignal<Option<Hover>>,
+}
+
+impl Ctx {
+    /// The state for the page's address (its view) and nothing else yet.
+    pub fn from_location() -> Ctx {
+        let view = View::from_query(&crate::location_search());
+        INITIAL_RUNS.with(|i| *i.borrow_mut() = Some(view.runs.clone()));
+        // Opening the page's own view replaces its history entry rather than adding one.
+        LAST_PUBLISH.with(|l| l.set(now_ms()));
+        Ctx {
+            runs: RwSignal::new(Vec::new()),
+            selected: RwSignal::new(Vec::new()),
+            charts: RwSignal::new(Vec::new()),
+            live: RwSignal::new(false),
+            lang: RwSignal::new(view.lang.unwrap_or_else(Lang::detect)),
+            now: RwSignal::new(now_ms()),
+            hub_offset: RwSignal::new(0.0),
+            alerts: RwSignal::new(0),
+            stale_after: query_param("stale")
+                .and_then(|s| s.parse::<f64>().ok())
+                .filter(|s| *s > 0.0)
+                .unwrap_or(30.0),
+            window: RwSignal::new(view.window),
+            smoothing: RwSignal::new(view.smoothing),
+            axis: RwSignal::new(view.axis),
+            theme: RwSignal::new(view.theme),
+            chart_opts: RwSignal::new(HashMap::new()),
+            enlarged: RwSignal::new(None),
+            collapsed: RwSignal::new(Vec::new()),
+            filter: RwSignal::new(String::new()),
+            search: RwSignal::new(String::new()),
+            sort: RwSignal::new((Column::Started, false)),
+            by_project: RwSignal::new(false),
+            status_filter: RwSignal::new(String::new()),
+            expanded: RwSignal::new(Vec::new()),
+            details: RwSignal::new(HashMap::new()),
+            configs: RwSignal::new(None),
+            only_diff: RwSignal::new(false),
+            hover: RwSignal::new(None),
+        }
+    }
+
+    /// The view as a link carries it.
+    pub fn view(&self) -> View {
+        View {
+            runs: self.selected.get(),
+            window: self.window.get(),
+            smoothing: self.smoothing.get(),
+            axis: self.axis.get(),
+            theme: self.theme.get(),
+            lang: Some(self.lang.get()),
+        }
+    }
+
+    /// Puts the view in the address bar whenever it changes: a new history entry, unless the
+    /// last one is under a second old (a wheel zoom is one entry, not fifty).
+    pub fn publish_view(&self) {
+        let ctx = *self;
+        Effect::new(move |_| {
+            let view = ctx.view();
+            let opening = INITIAL_RUNS.with(|i| i.borrow().as_ref().is_some_and(|r| !r.is_empty()));
+            if RESTORING.with(Cell::get) || opening {
+                return;
+            }
+            let now = now_ms();
+            let replace = now - LAST_PUBLISH.with(Cell::get) < 1000.0;
+            LAST_PUBLISH.with(|l| l.set(now));
+            view.publish(replace);
+        });
+    }
+
+    /// Sets the view from the address bar (the back and forward buttons).
+    pub fn restore_view(&self) {
+        let view = View::from_query(&crate::location_search());
+        RESTORING.with(|r| r.set(true));
+        self.window.set(view.window);
+        self.set_smoothing(view.smoothing);
+        self.axis.set(view.axis);
+        self.theme.set(view.theme);
+        if let Some(l) = view.lang {
+            self.lang.set(l);
+        }
+        let known: Vec<RunId> = view
+            .runs
+            .into_iter()
+            .filter(|id| self.runs.get_untracked().iter().any(|r| &r.run_id == id))
+            .collect();
+        self.select(known);
+        RESTORING.with(|r| r.set(false));
+        crate::fetch::forget(None);
+        mark_dirty();
+    }
+
+    pub fn set_smoothing(&self, w: f64) {
+        let w = w.clamp(0.0, 0.99);
+        STORE.with(|s| {
+            for d in s.borrow_mut().runs.values_mut() {
+                d.set_smoothing(w);
+            }
+        });
+        self.smoothing.set(w);
+        mark_dirty();
+    }
+
+    /// Back to the live whole-run view.
+    pub fn follow(&self) {
+        self.window.set(None);
+        crate::fetch::forget(None);
+        mark_dirty();
+    }
+
+    pub fn refresh_charts(&self) {
+        let selected = self.selected.get_untracked();
+        let names = STORE.with(|s| s.borrow().metric_names(&selected));
+        let specs = crate::groups::charts(&names);
+        if specs != self.charts.get_untracked() {
+            self.charts.set(specs);
+        }
+        mark_dirty();
+    }
+
+    /// Makes `runs` the selection: subscribes to the new ones, drops the others.
+    pub fn select(&self, runs: Vec<RunId>) {
+        let before = self.selected.get_untracked();
+        let gone: Vec<RunId> = before
+            .iter()
+            .filter(|r| !runs.contains(r))
+            .cloned()
+            .collect();
+        if !gone.is_empty() {
+            STORE.with(|s| {
+                let mut s = s.borrow_mut();
+                for r in &gone {
+                    s.runs.remove(r);
+                    crate::fetch::forget(Some(r));
+                }
+            });
+            send(FromViewer::Unsubscribe(Unsubscribe { runs: gone }));
+        }
+        let summaries = self.runs.get_untracked();
+        let offset = self.hub_offset.get_untracked();
+        let smoothing = self.smoothing.get_untracked();
+        for run in runs.iter().filter(|r| !before.contains(r)) {
+            let summary = summaries.iter().find(|s| &s.run_id == run);
+            let data = RunData {
+                last_point_ms: summary
+                    .and_then(|s| s.last_point_at)
+                    .map_or(now_ms(), |t| (t - offset) * 1000.0),
+                smoothing,
+                ..RunData::default()
+            };
+            STORE.with(|s| s.borrow_mut().runs.insert(run.clone(), data));
+            send(subscription(run));
+            self.load_detail(run.clone());
+        }
+        self.selected.set(runs);
+        self.refresh_charts();
+    }
+
+    pub fn toggle(&self, run: RunId) {
+        let mut runs = self.selected.get_untracked();
+        if runs.contains(&run) {
+            runs.retain(|r| r != &run);
+        } else {
+            runs.push(run);
+        }
+        self.select(runs);
+    }
+
+    /// Selects every rank of a job, or deselects them when all are selected.
+    pub fn toggle_job(&self, ranks: Vec<RunId>) {
+        let mut runs = self.selected.get_untracked();
+        if ranks.iter().all(|r| runs.contains(r)) {
+            runs.retain(|r| !ranks.contains(r));
+        } else {
+            for r in ranks {
+                if !runs.contains(&r) {
+                    runs.push(r);
+                }
+            }
+        }
+        self.select(runs);
+    }
+
+    /// Asks for the run's detail (config) for the run panel, once.
+    fn load_detail(&self, run: RunId) {
+        if self.details.with_untracked(|d| d.contains_key(&run)) {
+            return;
+        }
+        let details = self.details;
+        let url = crate::fetch::api_url(&format!("/api/runs/{}", run.as_str()));
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Ok(v) = crate::fetch::get_json(url).await {
+                details.update(|d| {
+                    d.insert(run, v);
+                });
+            }
+        });
+    }
+
+    /// Asks for every run's config, for `key=value` search.
+    pub fn load_configs(&self) {
+        let configs = self.configs;
+        configs.set(Some(HashMap::new()));
+        let url = crate::fetch::api_url("/api/runs?config=1");
+        wasm_bindgen_futures::spawn_local(async move {
+            let Ok(v) = crate::fetch::get_json(url).await else {
+                return;
+            };
+            let mut all = HashMap::new();
+            for r in v["runs"].as_array().into_iter().flatten() {
+                if let Some(id) = r["run_id"].as_str().and_then(|id| RunId::new(id).ok()) {
+                    all.insert(id, crate::components::panel::flatten(&r["config"]));
+                }
+            }
+            configs.set(Some(all));
+        });
+    }
+
+    /// A run's name for legends and tooltips, with its rank when it is one of several.
+    pub fn label(&self, id: &RunId) -> String {
+        self.runs.with_untracked(|runs| {
+            runs.iter()
+                .find(|r| &r.run_id == id)
+                .map_or(id.to_string(), |r| {
+                    if r.world_size > 1 {
+                        format!("{} r{}", r.name, r.rank)
+                    } else {
+                        r.name.clone()
+                    }
+                })
+        })
+    }
+
+    pub fn on_message(&self, msg: ToViewer) {
+        match msg {
+            ToViewer::RunList(list) => {
+                self.hub_offset.set(list.now - now_ms() / 1000.0);
+                self.runs.set(list.runs);
+                if self.configs.get_untracked().is_some() {
+                    self.load_configs();
+                }
+                // The runs of the address (`?runs=` or the alert links' `?run=`) open once.
+                let wanted = INITIAL_RUNS.with(|i| i.borrow_mut().take()).unwrap_or_default();
+                if self.selected.get_untracked().is_empty() && !wanted.is_empty() {
+                    let known: Vec<RunId> = wanted
+                        .into_iter()
+                        .filter(|id| self.runs.get_untracked().iter().any(|r| &r.run_id == id))
+                        .collect();
+                    self.select(known);
+                }
+            }
+            ToViewer::RunUpdate(u) => {
+                self.hub_offset.set(u.now - now_ms() / 1000.0);
+                self.runs.update(
+                    |runs| match runs.iter_mut().find(|r| r.run_id == u.run.run_id) {
+                        Some(r) => *r = u.run,
+                        None => runs.push(u.run),
+                    },
+                );
+            }
+            ToViewer::Metrics(m) => {
+                STORE.with(|s| {
+                    if let Some(d) = s.borrow_mut().runs.get_mut(&m.run_id) {
+                        d.define(&m.metrics);
+                    }
+                });
+                self.refresh_charts();
+            }
+            ToViewer::Backfill(b) => {
+                STORE.with(|s| {
+                    if let Some(d) = s.borrow_mut().runs.get_mut(&b.run_id) {
+                        d.backfill(&b);
+                    }
+                });
+                mark_dirty();
+            }
+            ToViewer::Live(l) => {
+                let applied = STORE.with(|s| {
+                    s.borrow_mut()
+                        .runs
+                        .get_mut(&l.run_id)
+                        .is_some_and(|d| d.live(&l, now_ms()))
+                });
+                if applied {
+                    mark_dirty();
+                }
+            }
+            ToViewer::StatusChange(c) => {
+                self.runs.update(|runs| {
+                    if let Some(r) = runs.iter_mut().find(|r| r.run_id == c.run_id) {
+                        r.status = c.status;
+                        r.status_message = c.message.clone();
+                    }
+                });
+            }
+            ToViewer::Alert(a) => {
+                let added = STORE.with(|s| {
+                    s.borrow_mut()
+                        .runs
+                        .get_mut(&a.run_id)
+                        .is_some_and(|d| d.alert(a.clone()))
+                });
+                if added {
+                    self.alerts.update(|n| *n += 1);
+                    mark_dirty();
+                }
+            }
+            ToViewer::Resync(_) => {}
+            ToViewer::HubError(e) => {
+                web_sys::console::warn_1(
+                    &format!("stepstream hub: {:?}: {}", e.code, e.message).into(),
+                );
+            }
+        }
+    }
+
+    /// Runs that are meant to be training but have sent nothing for the threshold.
+    pub fn stale_runs(&self) -> Vec<(RunSummary, f64, f64)> {
+        let now = self.now.get();
+        let selected = self.selected.get();
+        self.runs
+            .get()
+            .into_iter()
+            .filter(|r| selected.contains(&r.run_id))
+            .filter_map(|r| {
+                let last =
+                    STORE.with(|s| s.borrow().runs.get(&r.run_id).map(|d| d.last_point_ms))?;
+                let quiet = (now - last) / 1000.0;
+                let alive = matches!(r.status, RunStatus::Running | RunStatus::Stale);
+                (alive && (r.status == RunStatus::Stale || quiet >= self.stale_after))
+                    .then_some((r, quiet, last))
+            })
+            .collect()
+    }
+}
