@@ -40,6 +40,11 @@ fn chromium() -> String {
 impl Browser {
     /// Starts Chromium and opens `url` in a 1400x900 page.
     pub fn open(url: &str) -> Browser {
+        Browser::open_scaled(url, 1.0)
+    }
+
+    /// Like [`Browser::open`] on a screen of `scale` device pixels per CSS pixel (HiDPI).
+    pub fn open_scaled(url: &str, scale: f64) -> Browser {
         let profile = tempfile::tempdir().unwrap();
         let mut child = Command::new(chromium())
             .args([
@@ -108,7 +113,7 @@ impl Browser {
         b.call("Runtime.enable", json!({}));
         b.call(
             "Emulation.setDeviceMetricsOverride",
-            json!({ "width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": false }),
+            json!({ "width": 1400, "height": 900, "deviceScaleFactor": scale, "mobile": false }),
         );
         b.navigate(url);
         b
@@ -228,6 +233,59 @@ impl Browser {
             "Input.dispatchMouseEvent",
             json!({ "type": "mouseMoved", "x": x, "y": y }),
         );
+    }
+
+    /// Lets the page download files into `dir`.
+    pub fn allow_downloads(&mut self, dir: &std::path::Path) {
+        self.call_browser(
+            "Browser.setDownloadBehavior",
+            json!({ "behavior": "allow", "downloadPath": dir.display().to_string() }),
+        );
+    }
+
+    /// One notch of the wheel at `(x, y)`: negative `delta_y` zooms in.
+    pub fn wheel(&mut self, x: f64, y: f64, delta_y: f64) {
+        self.call(
+            "Input.dispatchMouseEvent",
+            json!({ "type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": delta_y }),
+        );
+    }
+
+    /// Presses `button` ("left", "middle") at `from`, moves to `to` in steps, releases;
+    /// `modifiers` is DevTools' bit set (8: Shift).
+    pub fn drag(&mut self, from: (f64, f64), to: (f64, f64), button: &str, modifiers: u32) {
+        let buttons = if button == "middle" { 4 } else { 1 };
+        self.call(
+            "Input.dispatchMouseEvent",
+            json!({ "type": "mousePressed", "x": from.0, "y": from.1, "button": button,
+                    "buttons": buttons, "clickCount": 1, "modifiers": modifiers }),
+        );
+        for i in 1..=8 {
+            let t = i as f64 / 8.0;
+            self.call(
+                "Input.dispatchMouseEvent",
+                json!({ "type": "mouseMoved", "x": from.0 + (to.0 - from.0) * t,
+                        "y": from.1 + (to.1 - from.1) * t, "button": button, "buttons": buttons,
+                        "modifiers": modifiers }),
+            );
+        }
+        self.call(
+            "Input.dispatchMouseEvent",
+            json!({ "type": "mouseReleased", "x": to.0, "y": to.1, "button": button,
+                    "buttons": 0, "clickCount": 1, "modifiers": modifiers }),
+        );
+    }
+
+    /// A double click at `(x, y)`.
+    pub fn double_click(&mut self, x: f64, y: f64) {
+        for count in [1, 2] {
+            for kind in ["mousePressed", "mouseReleased"] {
+                self.call(
+                    "Input.dispatchMouseEvent",
+                    json!({ "type": kind, "x": x, "y": y, "button": "left", "clickCount": count }),
+                );
+            }
+        }
     }
 }
 

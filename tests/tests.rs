@@ -1,16 +1,20 @@
 //! End-to-end tests: each drives the real `stepstream` binary over real sockets.
 //!
+//! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
+//! * `range` — range reads for zooming: exact edges, non-finite values, while written.
 //! * `tail` — following a growing CSV with a torn last line.
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
 mod browser;
+mod charts;
 mod demo;
 mod docs;
 mod hub;
+mod range;
 mod tail;
 mod util;
 mod web;

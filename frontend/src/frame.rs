@@ -270,6 +270,15 @@ fn draw_chart(
             .sum::<usize>()
             .to_string(),
     );
+    set("data-plot-left", g.left.to_string());
+    set("data-plot-right", g.right.to_string());
+    set("data-plot-top", g.top.to_string());
+    set("data-plot-bottom", g.bottom.to_string());
+    set("data-axis", scene.axis.code().to_string());
+    set("data-smoothing", scene.smoothing.to_string());
+    set("data-log", o.log.to_string());
+    set("data-robust", o.robust.to_string());
+    set("data-fetching", crate::fetch::in_flight().to_string());
     set("data-x0", g.x0.to_string());
     set("data-x1", g.x1.to_string());
     set("data-y0", g.y0.to_string());

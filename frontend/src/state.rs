@@ -376,7 +376,9 @@ impl Ctx {
                     self.load_configs();
                 }
                 // The runs of the address (`?runs=` or the alert links' `?run=`) open once.
-                let wanted = INITIAL_RUNS.with(|i| i.borrow_mut().take()).unwrap_or_default();
+                let wanted = INITIAL_RUNS
+                    .with(|i| i.borrow_mut().take())
+                    .unwrap_or_default();
                 if self.selected.get_untracked().is_empty() && !wanted.is_empty() {
                     let known: Vec<RunId> = wanted
                         .into_iter()

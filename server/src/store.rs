@@ -937,4 +937,65 @@ mod tests {
         assert_eq!(steps, vec![1, 2, 3]);
         assert_eq!(store.first_step(run.key).await.unwrap(), Some(1));
     }
+
+    #[tokio::test]
+    async fn a_version_1_database_gets_step_ranges_and_answers_range_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            // The layout the first release wrote: no job, framework or step range columns.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE runs (key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE, \
+                 project TEXT NOT NULL, name TEXT NOT NULL, config TEXT NOT NULL, \
+                 host TEXT NOT NULL, rank INTEGER NOT NULL, world_size INTEGER NOT NULL, \
+                 started_at REAL NOT NULL, status TEXT NOT NULL, status_message TEXT, \
+                 last_activity REAL NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0, \
+                 last_step INTEGER, last_point_at REAL, records INTEGER NOT NULL DEFAULT 0, \
+                 last_values BLOB, status_at REAL);
+                 CREATE TABLE batches (run_key INTEGER NOT NULL, seq INTEGER NOT NULL, \
+                 n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_key, seq)) WITHOUT ROWID;
+                 INSERT INTO runs (key, run_id, project, name, config, host, rank, world_size, \
+                 started_at, status, last_activity, last_seq, last_step, records) \
+                 VALUES (1, 'old', 'p', 'n', '{}', 'h', 0, 1, 1.0, 'finished', 1.0, 2, 7, 6);",
+            )
+            .unwrap();
+            let blobs = [
+                encode_records(&[rec(0, 0.0), rec(1, 1.0), rec(2, 2.0)]),
+                encode_records(&[rec(7, 7.0), rec(5, 5.0), rec(6, 6.0)]),
+            ];
+            for (i, blob) in blobs.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO batches (run_key, seq, n, data) VALUES (1, ?1, 3, ?2)",
+                    params![i as i64 + 1, blob],
+                )
+                .unwrap();
+            }
+        }
+        let (store, runs) = Store::open(&path, false).unwrap();
+        assert_eq!(runs[0].identity.job, "");
+        let steps = |lo, hi| {
+            let store = store.clone();
+            async move {
+                store
+                    .scan_steps(1, (lo, hi), 2, Vec::new(), move |out, _, recs| {
+                        out.extend(
+                            recs.iter()
+                                .map(|r| r.step)
+                                .filter(|s| (lo..=hi).contains(s)),
+                        );
+                        ControlFlow::Continue(())
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(steps(5, 6).await, vec![5, 6]);
+        assert_eq!(steps(1, 5).await, vec![1, 2, 5]);
+        assert_eq!(store.first_step(1).await.unwrap(), Some(0));
+        // Opening again does not migrate twice.
+        drop(store);
+        let (store, _) = Store::open(&path, false).unwrap();
+        assert_eq!(store.first_step(1).await.unwrap(), Some(0));
+    }
 }

@@ -208,7 +208,13 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
         .x_labels(6)
         .y_labels(5)
         .x_label_formatter(&|x| axis.label(*x))
-        .y_label_formatter(&|y| scale::value(if log { 10f64.powf(*y) } else { *y }))
+        .y_label_formatter(&|y| {
+            if log {
+                scale::value(10f64.powf(*y))
+            } else {
+                scale::tick(*y, y1 - y0)
+            }
+        })
         .bold_line_style(t.grid.stroke_width(px(1.0)))
         .light_line_style(t.grid.mix(0.5))
         .axis_style(t.axis.stroke_width(px(1.0)))

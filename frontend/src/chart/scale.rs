@@ -87,6 +87,19 @@ pub fn value(v: f64) -> String {
     }
 }
 
+/// A y-axis label: as many decimals as the axis's span needs to tell its ticks apart.
+pub fn tick(v: f64, span: f64) -> String {
+    if !v.is_finite() || !span.is_finite() || span <= 0.0 {
+        return value(v);
+    }
+    if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-4 && span < 1e-4) {
+        let digits = ((v.abs().log10() - span.log10()).ceil().max(0.0) as usize + 1).min(10);
+        return format!("{v:.digits$e}");
+    }
+    let decimals = (2.0 - span.log10().floor()).clamp(0.0, 12.0) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// Where a value goes on the y axis: itself, or its log10 (`None` when it has no place:
 /// non-finite, or not positive on a log axis).
 pub fn to_y(v: f64, log: bool) -> Option<f64> {
@@ -162,5 +175,9 @@ mod tests {
         assert_eq!(to_y(f64::NAN, false), None);
         assert_eq!(duration(3725.0), "1h02m");
         assert_eq!(duration(65.0), "1m05s");
+        // A flat 1e-3 line padded by 5%: its ticks differ in the label.
+        assert_ne!(tick(0.00099, 1e-4), tick(0.00101, 1e-4));
+        assert_eq!(tick(0.5, 1.0), "0.50");
+        assert_eq!(tick(1500.0, 1000.0), "1500");
     }
 }

@@ -1,0 +1,210 @@
+//! Range reads of the series endpoint (`from`/`to`), the web app's zoom: exact at the edges,
+//! non-finite values kept, batches whose steps go backwards found, and correct while the
+//! run is being written. Plus the benchmark of a narrow window of a 1,000,000-step run.
+
+use crate::util::*;
+use std::time::{Duration, Instant};
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::*;
+
+/// Steps and values (NaN/Infinity as the strings the API writes) of a series answer.
+fn points(v: &serde_json::Value) -> Vec<(i64, String)> {
+    let steps = v["steps"].as_array().unwrap();
+    let values = v["values"].as_array().unwrap();
+    assert_eq!(steps.len(), values.len());
+    assert_eq!(
+        v["times"].as_array().unwrap().len(),
+        steps.len(),
+        "a time per point"
+    );
+    steps
+        .iter()
+        .zip(values)
+        .map(|(s, v)| (s.as_i64().unwrap(), v.to_string()))
+        .collect()
+}
+
+fn value(step: i64) -> f64 {
+    match step {
+        1000 => f64::NAN,
+        1001 => f64::INFINITY,
+        1002 => f64::NEG_INFINITY,
+        s => (s as f64 * 0.37).sin(),
+    }
+}
+
+fn range(hub: &Hub, id: &str, metric: &str, from: i64, to: i64) -> serde_json::Value {
+    hub.json(&format!(
+        "/api/runs/{id}/series?metric={metric}&from={from}&to={to}&budget=1000000"
+    ))
+}
+
+#[test]
+fn range_queries_are_exact_at_the_edges_with_non_finite_values_while_written() {
+    let hub = Hub::start(&[]);
+    let mut o = Options::new(&hub.ws(), "tests", "range");
+    o.max_batch = 64; // many batches: ranges cut through them
+    let run = Collector::start(o).unwrap();
+    let id = run.run_id().to_string();
+    for step in 0..20_000i64 {
+        let mut values = vec![("loss", value(step))];
+        if step % 2 == 0 {
+            values.push(("eval", step as f64));
+        }
+        run.log(step, &values);
+    }
+    run.flush();
+    wait_for("20,000 steps stored", Duration::from_secs(30), || {
+        (hub.run_json(&id)?["last_step"] == 19_999).then_some(())
+    });
+
+    // The edges are inclusive, non-finite values come back as they were logged.
+    let got = points(&range(&hub, &id, "loss", 999, 1003));
+    let want: Vec<(i64, String)> = [
+        (999, serde_json::json!(value(999)).to_string()),
+        (1000, "\"NaN\"".into()),
+        (1001, "\"Infinity\"".into()),
+        (1002, "\"-Infinity\"".into()),
+        (1003, serde_json::json!(value(1003)).to_string()),
+    ]
+    .into();
+    assert_eq!(got, want);
+    // Cuts inside batches (64 records each), a single step, the first and the last.
+    for (from, to) in [
+        (63, 129),
+        (0, 0),
+        (19_999, 19_999),
+        (5, 4_000),
+        (19_000, 25_000),
+    ] {
+        let v = range(&hub, &id, "loss", from, to);
+        let steps: Vec<i64> = points(&v).into_iter().map(|p| p.0).collect();
+        let want: Vec<i64> = (from..=to.min(19_999)).collect();
+        assert_eq!(steps, want, "{from}..={to}");
+        assert_eq!(v["downsampled"], false);
+        assert_eq!(v["total_points"], want.len());
+    }
+    // A metric on every other step only.
+    let v = range(&hub, &id, "eval", 101, 111);
+    let steps: Vec<i64> = points(&v).into_iter().map(|p| p.0).collect();
+    assert_eq!(steps, vec![102, 104, 106, 108, 110]);
+    // A range before the run, and a reversed one.
+    assert!(points(&range(&hub, &id, "loss", -50, -1)).is_empty());
+    let bad = hub.get(&format!("/api/runs/{id}/series?metric=loss&from=10&to=5"));
+    assert_eq!(bad.status, 400);
+
+    // While the run is being written, every answer holds every step of its range that the
+    // hub had, without a gap.
+    let writer = std::thread::spawn(move || {
+        for step in 20_000..60_000i64 {
+            run.log(step, &[("loss", value(step))]);
+            if step % 500 == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        run.finish(Outcome::Finished)
+    });
+    let mut checked = 0;
+    while !writer.is_finished() {
+        let v = range(&hub, &id, "loss", 19_990, 70_000);
+        let steps: Vec<i64> = points(&v).into_iter().map(|p| p.0).collect();
+        let want: Vec<i64> = (19_990..19_990 + steps.len() as i64).collect();
+        assert_eq!(steps, want, "a contiguous prefix of the range");
+        checked += 1;
+    }
+    assert!(writer.join().unwrap().delivered);
+    assert!(checked > 2, "queried while writing ({checked} times)");
+    let v = range(&hub, &id, "loss", 59_990, 70_000);
+    assert_eq!(points(&v).len(), 10);
+}
+
+#[test]
+fn a_batch_whose_steps_go_backwards_is_found_by_every_range_it_covers() {
+    let hub = Hub::start(&[]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("backwards", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    let rec = |step: i64| StepRecord {
+        step,
+        wall_time: 1000.0 + step as f64,
+        values: vec![(MetricId(0), step as f64)],
+    };
+    // Batch 1 spans 0..=9; batch 2 (an evaluation written late, then a resumed run) jumps
+    // from 50,000 back to 3; batch 3 continues at 50,001.
+    let batches = [
+        (0..10).map(rec).collect::<Vec<_>>(),
+        vec![rec(50_000), rec(3), rec(4)],
+        vec![rec(50_001)],
+    ];
+    for (i, records) in batches.into_iter().enumerate() {
+        c.send(ToHub::Batch(Batch {
+            seq: i as u64 + 1,
+            records,
+        }));
+        assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
+    }
+    let steps = |from: i64, to: i64| -> Vec<i64> {
+        points(&range(&hub, "backwards", "loss", from, to))
+            .into_iter()
+            .map(|p| p.0)
+            .collect()
+    };
+    // In the order they were stored, every point of the range, once.
+    assert_eq!(steps(3, 4), vec![3, 4, 3, 4]);
+    assert_eq!(steps(40_000, 60_000), vec![50_000, 50_001]);
+    assert_eq!(steps(0, 2), vec![0, 1, 2]);
+}
+
+/// A benchmark, not a test: `cargo test --release --test e2e bench_range -- --ignored
+/// --nocapture`. A 1,000,000-step run of 10 metrics, then 1,000-step windows at its start,
+/// middle and end against the whole run, each the median of 20 queries.
+#[test]
+#[ignore]
+fn bench_range_query_of_a_million_step_run() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "bench", "million")).unwrap();
+    let id = run.run_id().to_string();
+    let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    let t0 = Instant::now();
+    for step in 0..1_000_000i64 {
+        let values: Vec<(&str, f64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), (step as f64 * 1e-3 + i as f64).sin()))
+            .collect();
+        run.log(step, &values);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    println!(
+        "ingest: 1,000,000 steps x 10 metrics in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let median = |from: i64, to: i64, budget: u32| {
+        let mut ms: Vec<f64> = (0..20)
+            .map(|_| {
+                let t = Instant::now();
+                let v = hub.json(&format!(
+                    "/api/runs/{id}/series?metric=m3&from={from}&to={to}&budget={budget}"
+                ));
+                assert!(v["total_points"].as_u64().unwrap() > 0);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms[10]
+    };
+    let whole = median(0, 999_999, 4000);
+    for (label, from) in [("start", 0), ("middle", 500_000), ("end", 998_999)] {
+        let w = median(from, from + 999, 4000);
+        println!(
+            "1,000-step window at the {label}: {w:.2} ms (whole run: {whole:.1} ms, ratio {:.3})",
+            w / whole
+        );
+    }
+}
