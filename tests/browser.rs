@@ -235,6 +235,14 @@ impl Browser {
         );
     }
 
+    /// Resizes the page's viewport (CSS pixels).
+    pub fn resize(&mut self, width: u32, height: u32) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
+        );
+    }
+
     /// Lets the page download files into `dir`.
     pub fn allow_downloads(&mut self, dir: &std::path::Path) {
         self.call_browser(

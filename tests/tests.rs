@@ -1,5 +1,6 @@
 //! End-to-end tests: each drives the real `stepstream` binary over real sockets.
 //!
+//! * `bench_web` — browser benchmarks (ignored; numbers printed).
 //! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
@@ -9,6 +10,7 @@
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
+mod bench_web;
 mod browser;
 mod charts;
 mod demo;

@@ -65,6 +65,22 @@ pub fn start() {
     if !embedded {
         leptos::mount::mount_to_body(App);
     }
+    expose_memory();
+}
+
+/// For the memory benchmark: `window.__stepstreamWasmBytes()`, the module's linear memory.
+fn expose_memory() {
+    let size = Closure::<dyn Fn() -> f64>::new(|| {
+        wasm_bindgen::memory()
+            .dyn_into::<js_sys::WebAssembly::Memory>()
+            .ok()
+            .and_then(|m| m.buffer().dyn_into::<js_sys::ArrayBuffer>().ok())
+            .map_or(0.0, |b| b.byte_length() as f64)
+    });
+    if let Some(w) = web_sys::window() {
+        let _ = js_sys::Reflect::set(&w, &"__stepstreamWasmBytes".into(), size.as_ref());
+    }
+    size.forget();
 }
 
 /// Calls `f` on a window event for the life of the page.

@@ -1,0 +1,286 @@
+//! The database's tables, their versioned migrations (`PRAGMA user_version`), and reading
+//! the runs back at start-up.
+
+use super::blob::{decode_records, decode_values};
+use super::{Result, RunKey, RunTail, StoreError, StoredRun};
+use rusqlite::{params, Connection};
+use std::collections::BTreeMap;
+use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus, StepRecord};
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    key INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL UNIQUE,
+    project TEXT NOT NULL,
+    name TEXT NOT NULL,
+    config TEXT NOT NULL,
+    host TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    world_size INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    status_message TEXT,
+    last_activity REAL NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    last_step INTEGER,
+    last_point_at REAL,
+    records INTEGER NOT NULL DEFAULT 0,
+    last_values BLOB,
+    status_at REAL,
+    job TEXT NOT NULL DEFAULT '',
+    framework TEXT NOT NULL DEFAULT '',
+    max_span INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_key INTEGER NOT NULL,
+    id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (run_key, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS alerts (
+    run_key INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    fired INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    message TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_by_run ON alerts (run_key, at);
+CREATE TABLE IF NOT EXISTS batches (
+    run_key INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    lo_step INTEGER,
+    hi_step INTEGER,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_key, seq)
+);
+";
+
+/// Indexes created after [`migrate`] brought the tables they cover to this version.
+pub(super) const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS batches_by_step ON batches (run_key, lo_step, hi_step);
+";
+
+/// `batches` as this version lays it out. A rowid table, not `WITHOUT ROWID`: a batch's
+/// blob is often hundreds of kilobytes, and in a `WITHOUT ROWID` table every key comparison
+/// and every read of a column after the blob walks its overflow pages (a point lookup cost
+/// five times a sequential read). The blob comes last for the same reason.
+const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq INTEGER NOT \
+    NULL, n INTEGER NOT NULL, lo_step INTEGER, hi_step INTEGER, data BLOB NOT NULL, \
+    PRIMARY KEY (run_key, seq))";
+
+/// The schema version this build writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 2;
+
+/// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
+/// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
+/// into the new layout with the step range of each read back from its blob, so range reads
+/// are exact on old runs too. One transaction: an interrupted migration leaves version 1.
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version >= SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    let has = |table: &str, column: &str| -> rusqlite::Result<bool> {
+        let mut stmt = tx.prepare(&format!("PRAGMA table_info({table})"))?;
+        let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+        for name in names {
+            if name? == column {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    for (column, decl) in [
+        ("job", "TEXT NOT NULL DEFAULT ''"),
+        ("framework", "TEXT NOT NULL DEFAULT ''"),
+        ("max_span", "INTEGER NOT NULL DEFAULT 0"),
+    ] {
+        if !has("runs", column)? {
+            tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))?;
+        }
+    }
+    if !has("batches", "lo_step")? {
+        tx.execute_batch(BATCHES_V2)?;
+        {
+            let mut read = tx.prepare("SELECT run_key, seq, n, data FROM batches")?;
+            let mut write = tx.prepare(
+                "INSERT INTO batches_v2 (run_key, seq, n, lo_step, hi_step, data) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            let mut rows = read.query([])?;
+            let mut records = Vec::new();
+            while let Some(row) = rows.next()? {
+                let (key, seq, n): (RunKey, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+                let blob = row.get_ref(3)?.as_blob().map_err(rusqlite::Error::from)?;
+                records.clear();
+                decode_records(blob, &mut records).ok_or(StoreError::Corrupt {
+                    run_key: key,
+                    seq: seq as u64,
+                })?;
+                let range = step_range(&records);
+                write.execute(params![
+                    key,
+                    seq,
+                    n,
+                    range.map(|r| r.0),
+                    range.map(|r| r.1),
+                    blob
+                ])?;
+            }
+        }
+        tx.execute_batch("DROP TABLE batches; ALTER TABLE batches_v2 RENAME TO batches;")?;
+    }
+    tx.execute_batch(
+        "UPDATE runs SET max_span = coalesce((SELECT max(hi_step - lo_step) FROM batches \
+         WHERE run_key = runs.key), 0);",
+    )?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The lowest and highest step of some records.
+pub(super) fn step_range(records: &[StepRecord]) -> Option<(i64, i64)> {
+    let lo = records.iter().map(|r| r.step).min()?;
+    let hi = records.iter().map(|r| r.step).max()?;
+    Some((lo, hi))
+}
+
+pub(super) fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
+    let mut metrics: BTreeMap<RunKey, Vec<MetricDef>> = BTreeMap::new();
+    let mut stmt = conn.prepare("SELECT run_key, id, name FROM metrics ORDER BY run_key, id")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        metrics.entry(row.get(0)?).or_default().push(MetricDef {
+            id: MetricId(row.get(1)?),
+            name: row.get(2)?,
+        });
+    }
+    let mut stmt = conn.prepare(
+        "SELECT key, run_id, project, name, config, host, rank, world_size, started_at, status, \
+         status_message, last_activity, last_seq, last_step, last_point_at, records, last_values, \
+         job, framework FROM runs ORDER BY key",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut runs = Vec::new();
+    while let Some(row) = rows.next()? {
+        let key: RunKey = row.get(0)?;
+        let run_id: String = row.get(1)?;
+        let Ok(run_id) = RunId::new(run_id.clone()) else {
+            tracing::warn!(run_id, "skipping a stored run with an invalid id");
+            continue;
+        };
+        let status: String = row.get(9)?;
+        let last_values: Option<Vec<u8>> = row.get(16)?;
+        runs.push(StoredRun {
+            key,
+            identity: RunIdentity {
+                run_id,
+                project: row.get(2)?,
+                name: row.get(3)?,
+                config_json: row.get(4)?,
+                host: row.get(5)?,
+                rank: row.get(6)?,
+                world_size: row.get(7)?,
+                job: row.get(17)?,
+                framework: row.get(18)?,
+                started_at: row.get(8)?,
+            },
+            status: RunStatus::parse(&status).unwrap_or(RunStatus::Stale),
+            status_message: row.get(10)?,
+            last_activity: row.get(11)?,
+            tail: RunTail {
+                last_seq: row.get::<_, i64>(12)? as u64,
+                last_step: row.get(13)?,
+                last_point_at: row.get(14)?,
+                records: row.get::<_, i64>(15)? as u64,
+                last_values: last_values
+                    .as_deref()
+                    .and_then(decode_values)
+                    .unwrap_or_default(),
+            },
+            metrics: metrics.remove(&key).unwrap_or_default(),
+        });
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{encode_records, Store};
+    use super::*;
+    use std::ops::ControlFlow;
+
+    fn rec(step: i64, v: f64) -> StepRecord {
+        StepRecord {
+            step,
+            wall_time: step as f64,
+            values: vec![(MetricId(0), v), (MetricId(1), f64::NAN)],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_version_1_database_gets_step_ranges_and_answers_range_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            // The layout the first release wrote: no job, framework or step range columns.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE runs (key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE, \
+                 project TEXT NOT NULL, name TEXT NOT NULL, config TEXT NOT NULL, \
+                 host TEXT NOT NULL, rank INTEGER NOT NULL, world_size INTEGER NOT NULL, \
+                 started_at REAL NOT NULL, status TEXT NOT NULL, status_message TEXT, \
+                 last_activity REAL NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0, \
+                 last_step INTEGER, last_point_at REAL, records INTEGER NOT NULL DEFAULT 0, \
+                 last_values BLOB, status_at REAL);
+                 CREATE TABLE batches (run_key INTEGER NOT NULL, seq INTEGER NOT NULL, \
+                 n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (run_key, seq)) WITHOUT ROWID;
+                 INSERT INTO runs (key, run_id, project, name, config, host, rank, world_size, \
+                 started_at, status, last_activity, last_seq, last_step, records) \
+                 VALUES (1, 'old', 'p', 'n', '{}', 'h', 0, 1, 1.0, 'finished', 1.0, 2, 7, 6);",
+            )
+            .unwrap();
+            let blobs = [
+                encode_records(&[rec(0, 0.0), rec(1, 1.0), rec(2, 2.0)]),
+                encode_records(&[rec(7, 7.0), rec(5, 5.0), rec(6, 6.0)]),
+            ];
+            for (i, blob) in blobs.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO batches (run_key, seq, n, data) VALUES (1, ?1, 3, ?2)",
+                    params![i as i64 + 1, blob],
+                )
+                .unwrap();
+            }
+        }
+        let (store, runs) = Store::open(&path, false).unwrap();
+        assert_eq!(runs[0].identity.job, "");
+        let steps = |lo, hi| {
+            let store = store.clone();
+            async move {
+                store
+                    .scan_steps(1, (lo, hi), 2, Vec::new(), move |out, _, recs| {
+                        out.extend(
+                            recs.iter()
+                                .map(|r| r.step)
+                                .filter(|s| (lo..=hi).contains(s)),
+                        );
+                        ControlFlow::Continue(())
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(steps(5, 6).await, vec![5, 6]);
+        assert_eq!(steps(1, 5).await, vec![1, 2, 5]);
+        assert_eq!(store.first_step(1).await.unwrap(), Some(0));
+        // Opening again does not migrate twice.
+        drop(store);
+        let (store, _) = Store::open(&path, false).unwrap();
+        assert_eq!(store.first_step(1).await.unwrap(), Some(0));
+    }
+}

@@ -1,0 +1,305 @@
+//! Browser benchmarks of the web app (not tests: `#[ignore]`, numbers printed). Run them on a
+//! release build:
+//!
+//! ```sh
+//! cargo test --release --test e2e bench_web -- --ignored --nocapture --test-threads 1
+//! STEPSTREAM_BENCH_MINUTES=10 cargo test --release --test e2e bench_web_memory -- --ignored --nocapture
+//! ```
+//!
+//! Machines differ, so each prints a reference measured in the same page: the time to sort
+//! 1,000,000 random floats in JavaScript, and the ratios against it.
+
+use crate::browser::Browser;
+use crate::util::*;
+use std::time::{Duration, Instant};
+use stepstream_collector::{Collector, Options, Outcome};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    let mut out: Vec<f64> = v
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// The page's reference: ms to sort 1,000,000 random floats (median of 5).
+fn reference_ms(page: &mut Browser) -> f64 {
+    page.eval(
+        "(() => { const t = []; for (let k = 0; k < 5; k++) { const a = new Float64Array(1e6); \
+         for (let i = 0; i < a.length; i++) a[i] = Math.random(); const t0 = performance.now(); \
+         a.sort(); t.push(performance.now() - t0); } t.sort((x, y) => x - y); return t[2]; })()",
+    )
+    .as_f64()
+    .unwrap()
+}
+
+const METRICS: [&str; 10] = [
+    "loss",
+    "lr",
+    "grad_norm",
+    "samples_per_sec",
+    "tokens_per_sec",
+    "step_time",
+    "ppl",
+    "loss_scale",
+    "data_wait",
+    "eval_loss",
+];
+
+fn all_drawn_js(last: i64, n: usize) -> String {
+    format!(
+        "[...document.querySelectorAll('canvas[data-chart]')].filter(c => c.dataset.lastStep == '{last}').length >= {n}"
+    )
+}
+
+#[test]
+#[ignore]
+fn bench_web_million_step_run_first_charts_and_zoom() {
+    let hub = Hub::start(&[]);
+    let big = Collector::start(Options::new(&hub.ws(), "bench", "million")).unwrap();
+    let id = big.run_id().to_string();
+    let t0 = Instant::now();
+    for step in 0..1_000_000i64 {
+        let x = step as f64;
+        let values: Vec<(&str, f64)> = METRICS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                (
+                    *m,
+                    2.0 / (1.0 + x * 1e-4) + 0.1 * (x * 1e-3 + i as f64).sin(),
+                )
+            })
+            .collect();
+        big.log(step, &values);
+    }
+    assert!(big.finish(Outcome::Finished).delivered);
+    println!(
+        "ingest of 1,000,000 steps x 10 metrics: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let mut page = Browser::open(&format!("http://{}/?lang=en", hub.addr()));
+    page.resize(1400, 2400); // every chart on screen: off-screen charts are not drawn
+    page.wait(
+        "the run listed",
+        Duration::from_secs(30),
+        "document.querySelectorAll('tr.run').length == 1",
+    );
+    let reference = reference_ms(&mut page);
+    let ms = page.eval(&format!(
+        "new Promise(done => {{ const t0 = performance.now(); \
+         document.querySelector('tr.run[data-run-id=\"{id}\"]').click(); \
+         const check = () => {{ if ({}) done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})",
+        all_drawn_js(999_999, 10)
+    ));
+    let first = ms.as_f64().unwrap();
+    println!(
+        "first charts of a 1,000,000-step run, all 10 drawn: {first:.0} ms (reference {reference:.0} ms, ratio {:.2})",
+        first / reference
+    );
+    page.screenshot("bench-million");
+
+    // A 1,100-step window by link, then one wheel notch into about 1,000 steps: the time
+    // from the wheel event to the frame that drew every raw point of the new window.
+    let mut zooms = Vec::new();
+    for k in 0..5i64 {
+        let from = 300_000 + k * 100_000;
+        page.navigate(&format!(
+            "http://{}/?lang=en&runs={id}&x0={from}&x1={}",
+            hub.addr(),
+            from + 1100
+        ));
+        page.wait(
+            "the window drawn",
+            Duration::from_secs(30),
+            "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); return c && +c.dataset.detail > 1000 && c.dataset.fetching == '0'; })()",
+        );
+        let rect = page.eval(
+            "(() => { const c = document.querySelector('canvas[data-overlay=\"loss\"]'); const r = c.getBoundingClientRect(); \
+             window.__wheelAt = null; c.addEventListener('wheel', e => { window.__wheelAt = performance.now(); }, { once: true }); \
+             return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+        );
+        page.wheel(rect[0].as_f64().unwrap(), rect[1].as_f64().unwrap(), -50.0);
+        let took = page.eval(
+            "new Promise(done => { const check = () => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+             const raw = Math.ceil(+c.dataset.x1) - Math.floor(+c.dataset.x0) + 1; \
+             if (window.__wheelAt !== null && +c.dataset.x1 - +c.dataset.x0 < 1050 && +c.dataset.detail == raw && c.dataset.fetching == '0') \
+               done(performance.now() - window.__wheelAt); else requestAnimationFrame(check); }; check(); })",
+        );
+        zooms.push(took.as_f64().unwrap());
+    }
+    zooms.sort_by(f64::total_cmp);
+    println!(
+        "wheel to every raw point of a ~1,000-step window drawn: median {:.0} ms, max {:.0} ms (5 zooms)",
+        percentile(&zooms, 0.5),
+        zooms[zooms.len() - 1]
+    );
+}
+
+/// Streams `n` runs at `rate` steps/s each for `seconds`, 4 metrics per step.
+fn stream_runs(
+    hub: &Hub,
+    n: usize,
+    rate: f64,
+    seconds: f64,
+) -> (Vec<String>, Vec<std::thread::JoinHandle<()>>) {
+    let mut ids = Vec::new();
+    let mut threads = Vec::new();
+    for r in 0..n {
+        let run = Collector::start(Options::new(&hub.ws(), "bench", &format!("live-{r}"))).unwrap();
+        run.log(
+            0,
+            &[
+                ("loss", 1.0),
+                ("lr", 1e-3),
+                ("grad_norm", 1.0),
+                ("samples_per_sec", 100.0),
+            ],
+        );
+        run.flush();
+        ids.push(run.run_id().to_string());
+        threads.push(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            let t0 = Instant::now();
+            let steps = (rate * seconds) as i64;
+            for step in 1..=steps {
+                let due = t0 + Duration::from_secs_f64(step as f64 / rate);
+                if let Some(w) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(w);
+                }
+                let x = step as f64;
+                run.log(
+                    step,
+                    &[
+                        ("loss", 1.0 / x + r as f64 * 0.1),
+                        ("lr", 1e-3),
+                        ("grad_norm", 1.0 + (x * 0.1).sin()),
+                        ("samples_per_sec", 100.0),
+                    ],
+                );
+            }
+            run.finish(Outcome::Finished);
+        }));
+    }
+    (ids, threads)
+}
+
+#[test]
+#[ignore]
+fn bench_web_ten_live_runs_frame_time_and_step_to_pixel() {
+    let hub = Hub::start(&[]);
+    let (ids, threads) = stream_runs(&hub, 10, 100.0, 20.0);
+    let mut page = Browser::open(&format!(
+        "http://{}/?lang=en&runs={}",
+        hub.addr(),
+        ids.join(",")
+    ));
+    page.resize(1400, 1400);
+    page.wait(
+        "ten runs open",
+        Duration::from_secs(30),
+        "document.querySelectorAll('tr.run.selected').length == 10",
+    );
+    let reference = reference_ms(&mut page);
+    page.eval("window.__stepstreamFrames = []; window.__stepstreamLatency = []");
+    for t in threads {
+        t.join().unwrap();
+    }
+    let frames = numbers(&page.eval("window.__stepstreamFrames"));
+    let latency: Vec<f64> = numbers(&page.eval("window.__stepstreamLatency"))
+        .iter()
+        .map(|s| s * 1e3)
+        .collect();
+    let draws = page.eval("[...document.querySelectorAll('canvas[data-chart]')].map(c => +c.dataset.frames).reduce((a, b) => a + b, 0)");
+    println!(
+        "10 runs x 100 steps/s, 4 charts on screen: {} frames that drew ({} chart draws); frame time p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (reference {reference:.0} ms; p99/reference {:.3})",
+        frames.len(),
+        draws,
+        percentile(&frames, 0.5),
+        percentile(&frames, 0.99),
+        frames.last().copied().unwrap_or(f64::NAN),
+        percentile(&frames, 0.99) / reference
+    );
+    println!(
+        "step-to-pixel with 10 runs at 100 steps/s: p50 {:.1} ms, p99 {:.1} ms ({} samples)",
+        percentile(&latency, 0.5),
+        percentile(&latency, 0.99),
+        latency.len()
+    );
+    page.screenshot("bench-ten-runs");
+
+    // One run at 100 steps/s: the latency from `log` to the frame that drew the point.
+    let (ids, threads) = stream_runs(&hub, 1, 100.0, 15.0);
+    page.navigate(&format!("http://{}/?lang=en&runs={}", hub.addr(), ids[0]));
+    page.wait(
+        "the run open",
+        Duration::from_secs(30),
+        "document.querySelectorAll('tr.run.selected').length == 1",
+    );
+    page.eval("window.__stepstreamLatency = []");
+    for t in threads {
+        t.join().unwrap();
+    }
+    let latency: Vec<f64> = numbers(&page.eval("window.__stepstreamLatency"))
+        .iter()
+        .map(|s| s * 1e3)
+        .collect();
+    println!(
+        "step-to-pixel, one run at 100 steps/s: p50 {:.1} ms, p99 {:.1} ms ({} samples)",
+        percentile(&latency, 0.5),
+        percentile(&latency, 0.99),
+        latency.len()
+    );
+}
+
+#[test]
+#[ignore]
+fn bench_web_memory() {
+    let minutes: f64 = std::env::var("STEPSTREAM_BENCH_MINUTES")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(10.0);
+    let hub = Hub::start(&[]);
+    let (ids, threads) = stream_runs(&hub, 3, 100.0, minutes * 60.0);
+    let mut page = Browser::open(&format!(
+        "http://{}/?lang=en&runs={}",
+        hub.addr(),
+        ids.join(",")
+    ));
+    page.wait(
+        "the runs open",
+        Duration::from_secs(30),
+        "document.querySelectorAll('tr.run.selected').length == 3",
+    );
+    let heap = "(() => { const m = performance.memory; \
+        return { js: m.usedJSHeapSize / 1048576, wasm: (window.__stepstreamWasmBytes ? window.__stepstreamWasmBytes() : 0) / 1048576 }; })()";
+    std::thread::sleep(Duration::from_secs(10));
+    let start = page.eval(heap);
+    let t0 = Instant::now();
+    let mut samples = vec![start.clone()];
+    for t in threads {
+        while !t.is_finished() {
+            std::thread::sleep(Duration::from_secs(30));
+            samples.push(page.eval(heap));
+        }
+        t.join().unwrap();
+    }
+    let end = page.eval(heap);
+    println!(
+        "page memory over {:.1} min of 3 runs x 100 steps/s: JS heap {:.1} -> {:.1} MiB, wasm memory {:.1} -> {:.1} MiB; samples {}",
+        t0.elapsed().as_secs_f64() / 60.0,
+        start["js"].as_f64().unwrap_or(f64::NAN),
+        end["js"].as_f64().unwrap_or(f64::NAN),
+        start["wasm"].as_f64().unwrap_or(f64::NAN),
+        end["wasm"].as_f64().unwrap_or(f64::NAN),
+        samples.iter().map(|s| format!("{:.1}/{:.1}", s["js"].as_f64().unwrap_or(0.0), s["wasm"].as_f64().unwrap_or(0.0))).collect::<Vec<_>>().join(" ")
+    );
+}
