@@ -31,7 +31,6 @@ thread_local! {
     static DETAILS: RefCell<HashMap<Key, Detail>> = RefCell::new(HashMap::new());
     static WANTED: RefCell<HashMap<Key, (i64, i64, u64)>> = RefCell::new(HashMap::new());
     static NEXT: Cell<u64> = const { Cell::new(1) };
-    static IN_FLIGHT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// `http(s)://hub` for the page's `?hub=` (a ws:// or http:// address), else the page's own
@@ -110,10 +109,8 @@ pub fn request(run: &RunId, metric: &str, (lo, hi): (i64, i64), budget: usize, o
         String::from(js_sys::encode_uri_component(metric)),
         budget.clamp(4, 1_000_000)
     ));
-    IN_FLIGHT.with(|n| n.set(n.get() + 1));
     wasm_bindgen_futures::spawn_local(async move {
         let answer = get_json(url).await;
-        IN_FLIGHT.with(|n| n.set(n.get().saturating_sub(1)));
         let current = WANTED.with(|w| w.borrow().get(&key).is_some_and(|&(_, _, i)| i == id));
         if !current {
             return;
@@ -156,7 +153,8 @@ pub fn forget(run: Option<&RunId>) {
     WANTED.with(|w| w.borrow_mut().retain(|k, _| keep(k)));
 }
 
-/// Range requests not answered yet (a test hook: `data-fetching`).
-pub fn in_flight() -> u32 {
-    IN_FLIGHT.with(Cell::get)
+/// Whether a range of `run`'s `metric` was asked for and not answered yet (a test hook:
+/// a chart's `data-fetching`).
+pub fn pending(run: &RunId, metric: &str) -> bool {
+    WANTED.with(|w| w.borrow().contains_key(&(run.clone(), metric.to_string())))
 }

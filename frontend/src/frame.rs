@@ -17,7 +17,8 @@ use wasm_bindgen::JsCast;
 const FRAME_BUDGET_MS: f64 = 6.0;
 
 struct Drawn {
-    fingerprint: u64,
+    /// Of the data, and of the view, size, options and theme (see `lines::fingerprint`).
+    fingerprint: (u64, u64),
     geometry: Geometry,
     at: f64,
 }
@@ -106,7 +107,7 @@ pub fn frame(ctx: &Ctx) -> bool {
             if scene.window.is_some() {
                 fetch_windows(&scene, &store, &specs);
             }
-            let mut due: Vec<(f64, web_sys::HtmlCanvasElement, u64)> = Vec::new();
+            let mut due: Vec<(bool, f64, web_sys::HtmlCanvasElement, (u64, u64))> = Vec::new();
             for canvas in canvases("canvas[data-chart]") {
                 let key = canvas.get_attribute("data-chart").unwrap_or_default();
                 let Some(spec) = specs.iter().find(|s| s.key == key) else {
@@ -116,36 +117,38 @@ pub fn frame(ctx: &Ctx) -> bool {
                     continue;
                 }
                 let o = opts.get(&key).copied().unwrap_or_default();
-                let mut fp = lines::fingerprint(&scene, &store, spec);
-                fp ^= ((canvas.client_width() as u64) << 20)
+                let (data, mut view) = lines::fingerprint(&scene, &store, spec);
+                view ^= ((canvas.client_width() as u64) << 20)
                     ^ ((canvas.client_height() as u64) << 40)
                     ^ (dpr.to_bits() >> 3)
-                    ^ (o.log as u64) << 1
-                    ^ (o.robust as u64) << 2
-                    ^ (dark as u64) << 3;
+                    ^ ((o.log as u64) << 1)
+                    ^ ((o.robust as u64) << 2)
+                    ^ ((dark as u64) << 3);
+                let fp = (data, view);
                 let last = CHARTS.with(|c| c.borrow().get(&key).map(|d| (d.fingerprint, d.at)));
-                if last.map(|l| l.0) != Some(fp) {
-                    due.push((last.map_or(0.0, |l| l.1), canvas, fp));
+                match last {
+                    Some((old, _)) if old == fp => {}
+                    Some((old, at)) => due.push((old.1 != view, at, canvas, fp)),
+                    None => due.push((true, 0.0, canvas, fp)),
                 }
             }
-            // Oldest picture first, so under a stream every chart gets its turn.
-            due.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let mut left = due.len();
-            for (_, canvas, fp) in due {
-                if now() - t0 > FRAME_BUDGET_MS
-                    && left > 0
-                    && CHARTS.with(|c| !c.borrow().is_empty())
-                {
+            // What a user did (a first picture, zoom, axis, options) is drawn in this frame;
+            // new data, oldest picture first, only while the frame's budget lasts, so under a
+            // stream every chart gets its turn and no frame runs long.
+            due.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
+            for (urgent, _, canvas, fp) in due {
+                if !urgent && now() - t0 > FRAME_BUDGET_MS {
                     state::mark_dirty();
                     break;
                 }
-                left -= 1;
                 let key = canvas.get_attribute("data-chart").unwrap_or_default();
                 let Some(spec) = specs.iter().find(|s| s.key == key) else {
                     continue;
                 };
                 let o = opts.get(&key).copied().unwrap_or_default();
+                let t = now();
                 draw_chart(&canvas, spec, &scene, &store, o, style, fp);
+                let _ = canvas.set_attribute("data-draw-ms", &format!("{:.2}", now() - t));
             }
             record_latency(&store);
         });
@@ -200,7 +203,7 @@ fn draw_chart(
     store: &Store,
     o: ChartOpts,
     style: &theme::Theme,
-    fingerprint: u64,
+    fingerprint: (u64, u64),
 ) {
     let lines = lines::gather(scene, store, spec);
     let smoothing = scene.smoothing > 0.0;
@@ -278,7 +281,14 @@ fn draw_chart(
     set("data-smoothing", scene.smoothing.to_string());
     set("data-log", o.log.to_string());
     set("data-robust", o.robust.to_string());
-    set("data-fetching", crate::fetch::in_flight().to_string());
+    set(
+        "data-fetching",
+        lines
+            .iter()
+            .filter(|l| crate::fetch::pending(&l.run, &l.metric))
+            .count()
+            .to_string(),
+    );
     set("data-x0", g.x0.to_string());
     set("data-x1", g.x1.to_string());
     set("data-y0", g.y0.to_string());

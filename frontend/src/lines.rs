@@ -169,21 +169,25 @@ pub fn steps_in(axis: Axis, s: &Series, started: f64, (x0, x1): (f64, f64)) -> O
     }
 }
 
-/// A fingerprint of everything a chart's pixels depend on but its size and options.
-pub fn fingerprint(scene: &Scene, store: &Store, spec: &ChartSpec) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    scene.axis.code().hash(&mut h);
+/// Fingerprints of what a chart's pixels depend on (but its size and options): the data it
+/// holds, and the view (window, axis, smoothing, selection, the zoom window's raw points).
+/// A changed view answers a user's action and is drawn at once; changed data can wait a
+/// frame (see `frame.rs`).
+pub fn fingerprint(scene: &Scene, store: &Store, spec: &ChartSpec) -> (u64, u64) {
+    let mut data = std::collections::hash_map::DefaultHasher::new();
+    let mut view = std::collections::hash_map::DefaultHasher::new();
+    scene.axis.code().hash(&mut view);
     scene
         .window
         .map(|(a, b)| (a.to_bits(), b.to_bits()))
-        .hash(&mut h);
-    scene.smoothing.to_bits().hash(&mut h);
+        .hash(&mut view);
+    scene.smoothing.to_bits().hash(&mut view);
     for id in &scene.selected {
-        id.hash(&mut h);
+        id.hash(&mut view);
         let Some(run) = store.runs.get(id) else {
             continue;
         };
-        run.alerts.len().hash(&mut h);
+        run.alerts.len().hash(&mut data);
         for (metric, _) in &spec.metrics {
             if let Some(s) = run.series.get(metric) {
                 // While zoomed, points beyond the window do not change the picture.
@@ -191,13 +195,15 @@ pub fn fingerprint(scene: &Scene, store: &Store, spec: &ChartSpec) -> u64 {
                     scene.axis == Axis::Step && s.steps.len() > 2 && s.xs[s.xs.len() - 2] > x1
                 });
                 if !beyond {
-                    s.version.hash(&mut h);
+                    s.version.hash(&mut data);
                 }
+                // A series' first points (the history) are the picture's first.
+                s.steps.is_empty().hash(&mut view);
             }
             if scene.window.is_some() {
-                fetch::with_detail(id, metric, |d| d.version).hash(&mut h);
+                fetch::with_detail(id, metric, |d| d.version).hash(&mut view);
             }
         }
     }
-    h.finish()
+    (data.finish(), view.finish())
 }

@@ -113,6 +113,35 @@ impl<P: Copy> M4<P> {
         }
     }
 
+    /// Joins the M4 of points pushed after this one's (same buckets and range, e.g. the
+    /// second half of a run scanned on another thread): the result is what pushing all the
+    /// points into one M4 would have given.
+    pub fn merge(mut self, later: M4<P>) -> M4<P> {
+        debug_assert_eq!(self.buckets.len(), later.buckets.len());
+        let offset = self.n;
+        let shift = |slot: Slot<P>| slot.map(|(i, v, p)| (i + offset, v, p));
+        for (a, b) in self.buckets.iter_mut().zip(later.buckets) {
+            a.first = a.first.or(shift(b.first));
+            a.last = shift(b.last).or(a.last);
+            a.nan = a.nan.or(shift(b.nan));
+            a.pos_inf = a.pos_inf.or(shift(b.pos_inf));
+            a.neg_inf = a.neg_inf.or(shift(b.neg_inf));
+            // Ties keep the earlier point, as pushing would.
+            if let Some(m) = shift(b.min) {
+                if a.min.is_none_or(|(_, v, _)| m.1 < v) {
+                    a.min = Some(m);
+                }
+            }
+            if let Some(m) = shift(b.max) {
+                if a.max.is_none_or(|(_, v, _)| m.1 > v) {
+                    a.max = Some(m);
+                }
+            }
+        }
+        self.n += later.n;
+        self
+    }
+
     /// The kept points' payloads and values, in the order they were pushed.
     pub fn finish(self) -> Vec<(P, f64)> {
         let mut keep: Vec<(usize, f64, P)> = self
@@ -205,6 +234,31 @@ mod tests {
         assert_eq!(m4.bucket_of(f64::NAN), 0);
         let flat: M4<()> = M4::new(4, 3.0, 3.0);
         assert_eq!(flat.bucket_of(3.0), 0);
+    }
+
+    #[test]
+    fn merging_two_halves_is_pushing_them_all() {
+        let (xs, mut vs) = series(20_000);
+        vs[3] = f64::NAN;
+        vs[15_000] = f64::NAN;
+        vs[12_345] = 40.0;
+        vs[7] = vs[12_001]; // a tie across the halves
+        for cut in [0, 1, 9_999, 10_000, 19_999, 20_000] {
+            let mut whole = M4::new(37, 0.0, 20_000.0);
+            let (mut a, mut b) = (M4::new(37, 0.0, 20_000.0), M4::new(37, 0.0, 20_000.0));
+            for i in 0..20_000 {
+                whole.push(xs[i], vs[i], i);
+                if i < cut {
+                    a.push(xs[i], vs[i], i)
+                } else {
+                    b.push(xs[i], vs[i], i)
+                }
+            }
+            let merged = a.merge(b);
+            assert_eq!(merged.len(), 20_000);
+            let key = |v: Vec<(usize, f64)>| v.into_iter().map(|(i, _)| i).collect::<Vec<_>>();
+            assert_eq!(key(merged.finish()), key(whole.finish()), "cut at {cut}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Point budgets for history and range answers, over the one M4 decimation of
 //! `stepstream_protocol::decimate` (the same routine the web app draws with).
 
+use std::collections::BTreeMap;
 use stepstream_protocol::decimate::M4;
+use stepstream_protocol::MetricId;
 
 /// A point as the hub answers it: step, value, record wall time.
 pub type Point = (i64, f64, f64);
@@ -41,6 +43,35 @@ impl Budgeted {
         }
     }
 
+    fn into_m4(self) -> M4<(i64, f64)> {
+        self.m4.unwrap_or_else(|| {
+            let mut m4 = M4::for_steps(self.budget / 4, self.range.0, self.range.1);
+            for (s, v, t) in self.raw {
+                m4.push(s as f64, v, (s, t));
+            }
+            m4
+        })
+    }
+
+    /// Joins the points pushed after this one's (same budget and range): the same answer
+    /// as pushing them all into one.
+    pub fn merge(mut self, later: Budgeted) -> Budgeted {
+        if self.m4.is_none()
+            && later.m4.is_none()
+            && self.raw.len() + later.raw.len() <= self.budget
+        {
+            self.raw.extend(later.raw);
+            return self;
+        }
+        let (budget, range) = (self.budget, self.range);
+        Budgeted {
+            budget,
+            range,
+            raw: Vec::new(),
+            m4: Some(self.into_m4().merge(later.into_m4())),
+        }
+    }
+
     /// Steps, values and times, and whether they were thinned.
     pub fn finish(self) -> (Vec<i64>, Vec<f64>, Vec<f64>, bool) {
         let (points, thinned): (Vec<Point>, bool) = match self.m4 {
@@ -65,9 +96,105 @@ impl Budgeted {
     }
 }
 
+/// One [`Budgeted`] per metric of a run, found by the metric's id without a map lookup per
+/// value (ids are small and dense: the collector numbers them from 0).
+pub struct PerMetric {
+    budget: usize,
+    range: (i64, i64),
+    dense: Vec<Option<Budgeted>>,
+    sparse: BTreeMap<MetricId, Budgeted>,
+}
+
+/// Ids below this index a vector; any above (a hand-made collector) go to a map.
+const DENSE_IDS: u32 = 4096;
+
+impl PerMetric {
+    pub fn new(budget: usize, range: (i64, i64)) -> PerMetric {
+        PerMetric {
+            budget,
+            range,
+            dense: Vec::new(),
+            sparse: BTreeMap::new(),
+        }
+    }
+
+    pub fn push(&mut self, id: MetricId, step: i64, value: f64, time: f64) {
+        let (budget, range) = (self.budget, self.range);
+        let slot = if id.0 < DENSE_IDS {
+            let i = id.0 as usize;
+            if i >= self.dense.len() {
+                self.dense.resize_with(i + 1, || None);
+            }
+            self.dense[i].get_or_insert_with(|| Budgeted::new(budget, range))
+        } else {
+            self.sparse
+                .entry(id)
+                .or_insert_with(|| Budgeted::new(budget, range))
+        };
+        slot.push(step, value, time);
+    }
+
+    /// Joins the points pushed after this one's, metric by metric.
+    pub fn merge(self, later: PerMetric) -> PerMetric {
+        let (budget, range) = (self.budget, self.range);
+        let mut all: BTreeMap<MetricId, Budgeted> = self.finish().into_iter().collect();
+        for (id, b) in later.finish() {
+            let joined = match all.remove(&id) {
+                Some(a) => a.merge(b),
+                None => b,
+            };
+            all.insert(id, joined);
+        }
+        let mut out = PerMetric::new(budget, range);
+        out.sparse = all;
+        out
+    }
+
+    /// Each metric's points, by id.
+    pub fn finish(self) -> Vec<(MetricId, Budgeted)> {
+        self.dense
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, b)| Some((MetricId(i as u32), b?)))
+            .chain(self.sparse)
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn halves_merged_are_the_whole() {
+        for (budget, n) in [(1000, 600), (1000, 900), (400, 100_000)] {
+            let mut whole = PerMetric::new(budget, (0, n - 1));
+            let (mut a, mut b) = (
+                PerMetric::new(budget, (0, n - 1)),
+                PerMetric::new(budget, (0, n - 1)),
+            );
+            for s in 0..n {
+                for m in [0, 1, 5000] {
+                    let v = ((s * (m + 3)) as f64 * 0.01).sin();
+                    whole.push(MetricId(m as u32), s, v, s as f64);
+                    let half = if s < n / 2 { &mut a } else { &mut b };
+                    half.push(MetricId(m as u32), s, v, s as f64);
+                }
+            }
+            type Answer = (Vec<i64>, Vec<f64>, Vec<f64>, bool);
+            let finish = |p: PerMetric| -> Vec<(MetricId, Answer)> {
+                p.finish()
+                    .into_iter()
+                    .map(|(id, b)| (id, b.finish()))
+                    .collect()
+            };
+            assert_eq!(
+                finish(a.merge(b)),
+                finish(whole),
+                "budget {budget}, {n} points"
+            );
+        }
+    }
 
     fn run(budget: usize, n: i64, spike: Option<i64>) -> (Vec<i64>, Vec<f64>, Vec<f64>, bool) {
         let mut b = Budgeted::new(budget, (0, n - 1));

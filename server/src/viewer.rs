@@ -8,7 +8,7 @@
 //! queue; when it is full the subscription task waits, its live channel lags, and it then
 //! sends a [`Resync`] and the missed batches from the store: a slow viewer costs only itself.
 
-use crate::downsample::Budgeted;
+use crate::downsample::PerMetric;
 use crate::hub::{Hub, LiveEvent, Run};
 use crate::AppState;
 use axum::body::Bytes;
@@ -343,33 +343,31 @@ async fn backfill(
             .unwrap_or(0);
         let lo = filter.from_step.map_or(lo, |from| from.max(lo));
         let range = (lo, last_step.unwrap_or(lo).max(lo));
-        let filter = filter.clone();
-        let scanned = hub
-            .store
-            .scan(
+        // Two halves of the run on two threads, their M4s merged: the same answer, sooner.
+        let scan = |from: u64, to: u64| {
+            let filter = filter.clone();
+            hub.store.scan_values(
                 run.key,
-                after,
-                through,
-                BTreeMap::new(),
-                move |per_metric, _, records| {
-                    for r in records.iter().filter(|r| filter.step_ok(r.step)) {
-                        for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
-                            per_metric
-                                .entry(id)
-                                .or_insert_with(|| Budgeted::new(budget, range))
-                                .push(r.step, v, r.wall_time);
-                        }
+                from,
+                to,
+                PerMetric::new(budget, range),
+                move |per_metric, step, time, id, v| {
+                    if filter.step_ok(step) && filter.wants(id) {
+                        per_metric.push(id, step, v, time);
                     }
-                    ControlFlow::Continue(())
                 },
             )
-            .await;
+        };
+        let mid = after + (through - after) / 2;
+        let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
+            .map(|(early, late)| early.merge(late));
         match scanned {
             Ok(per_metric) => {
                 let mut downsampled = false;
                 let series = per_metric
+                    .finish()
                     .into_iter()
-                    .map(|(metric, points): (MetricId, Budgeted)| {
+                    .map(|(metric, points)| {
                         let (steps, values, times, thinned) = points.finish();
                         downsampled |= thinned;
                         Series {

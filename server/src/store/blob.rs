@@ -57,6 +57,26 @@ pub fn decode_records(blob: &[u8], out: &mut Vec<StepRecord>) -> Option<()> {
     Some(())
 }
 
+/// Calls `f(step, wall_time, metric, value)` for every value of a blob, in order, without
+/// building records (the history of a long run is millions of them); `None` if the blob is
+/// damaged (values before the damage were visited).
+pub fn visit_values(blob: &[u8], mut f: impl FnMut(i64, f64, MetricId, f64)) -> Option<()> {
+    let mut r = Reader(blob);
+    if r.take::<1>()? != [BLOB_VERSION] {
+        return None;
+    }
+    while !r.0.is_empty() {
+        let step = i64::from_le_bytes(r.take()?);
+        let wall_time = f64::from_le_bytes(r.take()?);
+        let n = u16::from_le_bytes(r.take()?) as usize;
+        for _ in 0..n {
+            let id = MetricId(u32::from_le_bytes(r.take()?));
+            f(step, wall_time, id, f64::from_le_bytes(r.take()?));
+        }
+    }
+    Some(())
+}
+
 pub(super) fn encode_values(values: &BTreeMap<MetricId, f64>) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() * 12);
     for (id, v) in values {
@@ -97,6 +117,13 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert_eq!(back[1].values[0].1, f64::INFINITY);
         assert!(back[0].values[1].1.is_nan());
+        let mut seen = Vec::new();
+        visit_values(&blob, |s, t, id, v| seen.push((s, t, id, v))).unwrap();
+        assert_eq!(seen.len(), 4);
+        assert_eq!(
+            (seen[2].0, seen[2].2, seen[2].3),
+            (2, MetricId(0), f64::INFINITY)
+        );
         for cut in 1..blob.len() {
             let mut out = Vec::new();
             // A cut inside a record is an error; a cut between records is not detectable

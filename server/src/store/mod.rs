@@ -17,7 +17,7 @@ mod blob;
 mod schema;
 mod writer;
 
-pub use blob::{decode_records, encode_records};
+pub use blob::{decode_records, encode_records, visit_values};
 use rusqlite::{params, Connection, OptionalExtension};
 use schema::{load_runs, migrate, INDEXES, SCHEMA};
 use std::collections::BTreeMap;
@@ -293,6 +293,31 @@ impl Store {
         .await
     }
 
+    /// Like [`Store::scan`], value by value (`f(state, step, wall_time, metric, value)`),
+    /// without building records: for reading whole long runs.
+    pub async fn scan_values<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        after_seq: u64,
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 \
+                 ORDER BY seq",
+            )?;
+            let rows = stmt.query(params![key, after_seq as i64, through_seq as i64])?;
+            let _ = each_blob(rows, key, |_, blob| {
+                visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v))
+                    .map(|()| ControlFlow::Continue(()))
+            })?;
+            Ok(state)
+        })
+        .await
+    }
+
     /// The lowest step stored for the run.
     pub async fn first_step(&self, key: RunKey) -> Result<Option<i64>> {
         self.read(move |conn| {
@@ -355,24 +380,39 @@ impl Store {
     }
 }
 
+/// Hands each `(seq, data)` row's blob to `f` until it returns `Break`; a blob `f` cannot
+/// read (`None`) is a [`StoreError::Corrupt`].
+fn each_blob(
+    mut rows: rusqlite::Rows<'_>,
+    key: RunKey,
+    mut f: impl FnMut(u64, &[u8]) -> Option<ControlFlow<()>>,
+) -> Result<ControlFlow<()>> {
+    while let Some(row) = rows.next()? {
+        let seq = row.get::<_, i64>(0)? as u64;
+        let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+        if f(seq, blob)
+            .ok_or(StoreError::Corrupt { run_key: key, seq })?
+            .is_break()
+        {
+            return Ok(ControlFlow::Break(()));
+        }
+    }
+    Ok(ControlFlow::Continue(()))
+}
+
 /// Decodes each `(seq, data)` row and hands its records to `f` until it returns `Break`.
 fn each_batch<S>(
-    mut rows: rusqlite::Rows<'_>,
+    rows: rusqlite::Rows<'_>,
     key: RunKey,
     state: &mut S,
     f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
 ) -> Result<ControlFlow<()>> {
     let mut records = Vec::new();
-    while let Some(row) = rows.next()? {
-        let seq = row.get::<_, i64>(0)? as u64;
-        let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+    each_blob(rows, key, |seq, blob| {
         records.clear();
-        decode_records(blob, &mut records).ok_or(StoreError::Corrupt { run_key: key, seq })?;
-        if f(state, seq, &records).is_break() {
-            return Ok(ControlFlow::Break(()));
-        }
-    }
-    Ok(ControlFlow::Continue(()))
+        decode_records(blob, &mut records)?;
+        Some(f(state, seq, &records))
+    })
 }
 
 #[cfg(test)]
