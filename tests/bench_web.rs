@@ -263,6 +263,10 @@ fn bench_web_ten_live_runs_frame_time_and_step_to_pixel() {
         latency.len()
     );
     page.screenshot("bench-ten-runs");
+    println!(
+        "  last chart draws (ms, whole / plotters part): {}",
+        page.eval("[...document.querySelectorAll('canvas[data-chart]')].map(c => c.dataset.drawMs + '/' + c.dataset.renderMs).join(' ')")
+    );
 
     // One run at 100 steps/s: the latency from `log` to the frame that drew the point.
     let (ids, threads) = stream_runs(&hub, 1, 100.0, 15.0);

@@ -14,7 +14,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 /// Milliseconds of drawing per frame before the rest waits for the next frame.
-const FRAME_BUDGET_MS: f64 = 6.0;
+const FRAME_BUDGET_MS: f64 = 4.0;
 
 struct Drawn {
     /// Of the data, and of the view, size, options and theme (see `lines::fingerprint`).
@@ -226,7 +226,9 @@ fn draw_chart(
         log: o.log,
         robust: o.robust,
         theme: style,
-        legend: lines.len() > 1,
+        // A legend inside the chart (for PNG downloads) while it stays small; the page's own
+        // legend names every run.
+        legend: (2..=4).contains(&lines.len()),
     };
     let Some(drawn) = chart::draw(canvas, &chart_lines, &options) else {
         return;

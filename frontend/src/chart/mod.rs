@@ -188,6 +188,9 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
         })
         .collect();
     let (y0, y1) = y_range(&mut ys, o.robust);
+    let decimated_at = web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now());
 
     let backend = CanvasBackend::with_canvas_object(canvas.clone())?;
     let root = backend.into_drawing_area();
@@ -216,7 +219,8 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
             }
         })
         .bold_line_style(t.grid.stroke_width(px(1.0)))
-        .light_line_style(t.grid.mix(0.5))
+        // No minor grid: each of its lines is a stroke per frame for little information.
+        .max_light_lines(0)
         .axis_style(t.axis.stroke_width(px(1.0)))
         .label_style(font(11.0))
         .draw()
@@ -325,6 +329,10 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
         log,
     };
     root.present().ok()?;
+    let done = web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now());
+    let _ = canvas.set_attribute("data-render-ms", &format!("{:.2}", done - decimated_at));
     Some(drawn)
 }
 
