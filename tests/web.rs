@@ -121,8 +121,15 @@ fn page_lists_runs_and_draws_their_curves_live() {
     assert_eq!(done["ooo"], 0, "no point twice");
     assert_eq!(done["last"], 599);
     assert!(done["drawn"].as_u64().unwrap() <= 1200);
-    let lr = page.eval(&chart("lr"));
-    assert_eq!(lr["points"], 1200);
+    // Every chart gets its turn (a frame draws what its time budget allows, oldest first).
+    page.wait(
+        "every point on the lr chart",
+        Duration::from_secs(5),
+        &format!(
+            "(() => {{ const c = {}; return c && c.points == 1200; }})()",
+            chart("lr")
+        ),
+    );
     // Two runs overlaid: a legend with both, finished in the list.
     assert_eq!(
         page.eval("document.querySelectorAll('.legend .item').length"),
@@ -205,7 +212,14 @@ fn stale_banner_appears_when_a_run_goes_quiet_and_clears_when_it_resumes() {
         Duration::from_secs(10),
         "document.querySelector('[data-testid=stale-banner]') == null",
     );
-    assert_eq!(page.eval(&chart("loss"))["points"], 20);
+    page.wait(
+        "the new points drawn",
+        Duration::from_secs(5),
+        &format!(
+            "(() => {{ const c = {}; return c && c.points == 20; }})()",
+            chart("loss")
+        ),
+    );
     assert!(run.finish(Outcome::Finished).delivered);
 }
 
