@@ -33,8 +33,13 @@ impl Reader<'_> {
     }
 }
 
-/// Appends the records of a blob to `out`; `None` if the blob is damaged.
-pub fn decode_records(blob: &[u8], out: &mut Vec<StepRecord>) -> Option<()> {
+/// Walks a blob: `record(step, wall_time, n)` before each record's `n` values, then
+/// `value(metric, value)` for each; `None` if the blob is damaged.
+fn walk(
+    blob: &[u8],
+    mut record: impl FnMut(i64, f64, usize),
+    mut value: impl FnMut(MetricId, f64),
+) -> Option<()> {
     let mut r = Reader(blob);
     if r.take::<1>()? != [BLOB_VERSION] {
         return None;
@@ -43,38 +48,58 @@ pub fn decode_records(blob: &[u8], out: &mut Vec<StepRecord>) -> Option<()> {
         let step = i64::from_le_bytes(r.take()?);
         let wall_time = f64::from_le_bytes(r.take()?);
         let n = u16::from_le_bytes(r.take()?) as usize;
-        let mut values = Vec::with_capacity(n.min(r.0.len() / 12));
+        record(step, wall_time, n.min(r.0.len() / 12));
         for _ in 0..n {
             let id = MetricId(u32::from_le_bytes(r.take()?));
-            values.push((id, f64::from_le_bytes(r.take()?)));
+            value(id, f64::from_le_bytes(r.take()?));
         }
-        out.push(StepRecord {
-            step,
-            wall_time,
-            values,
-        });
     }
     Some(())
+}
+
+/// Appends the records of a blob to `out`; `None` if the blob is damaged.
+pub fn decode_records(blob: &[u8], out: &mut Vec<StepRecord>) -> Option<()> {
+    let out = std::cell::RefCell::new(out);
+    walk(
+        blob,
+        |step, wall_time, n| {
+            out.borrow_mut().push(StepRecord {
+                step,
+                wall_time,
+                values: Vec::with_capacity(n),
+            })
+        },
+        |id, v| {
+            if let Some(r) = out.borrow_mut().last_mut() {
+                r.values.push((id, v));
+            }
+        },
+    )
 }
 
 /// Calls `f(step, wall_time, metric, value)` for every value of a blob, in order, without
 /// building records (the history of a long run is millions of them); `None` if the blob is
 /// damaged (values before the damage were visited).
 pub fn visit_values(blob: &[u8], mut f: impl FnMut(i64, f64, MetricId, f64)) -> Option<()> {
-    let mut r = Reader(blob);
-    if r.take::<1>()? != [BLOB_VERSION] {
-        return None;
+    let at = std::cell::Cell::new((0i64, 0f64));
+    walk(
+        blob,
+        |step, wall_time, _| at.set((step, wall_time)),
+        |id, v| {
+            let (step, wall_time) = at.get();
+            f(step, wall_time, id, v)
+        },
+    )
+}
+
+/// A record for the store's tests: loss `v` and a NaN.
+#[cfg(test)]
+pub(super) fn test_record(step: i64, v: f64) -> StepRecord {
+    StepRecord {
+        step,
+        wall_time: step as f64,
+        values: vec![(MetricId(0), v), (MetricId(1), f64::NAN)],
     }
-    while !r.0.is_empty() {
-        let step = i64::from_le_bytes(r.take()?);
-        let wall_time = f64::from_le_bytes(r.take()?);
-        let n = u16::from_le_bytes(r.take()?) as usize;
-        for _ in 0..n {
-            let id = MetricId(u32::from_le_bytes(r.take()?));
-            f(step, wall_time, id, f64::from_le_bytes(r.take()?));
-        }
-    }
-    Some(())
 }
 
 pub(super) fn encode_values(values: &BTreeMap<MetricId, f64>) -> Vec<u8> {
@@ -100,13 +125,7 @@ pub(super) fn decode_values(blob: &[u8]) -> Option<BTreeMap<MetricId, f64>> {
 mod tests {
     use super::*;
 
-    fn rec(step: i64, v: f64) -> StepRecord {
-        StepRecord {
-            step,
-            wall_time: step as f64,
-            values: vec![(MetricId(0), v), (MetricId(1), f64::NAN)],
-        }
-    }
+    use test_record as rec;
 
     #[test]
     fn blob_round_trip_and_damage() {

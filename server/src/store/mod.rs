@@ -434,13 +434,7 @@ mod tests {
         }
     }
 
-    fn rec(step: i64, v: f64) -> StepRecord {
-        StepRecord {
-            step,
-            wall_time: step as f64,
-            values: vec![(MetricId(0), v), (MetricId(1), f64::NAN)],
-        }
-    }
+    use blob::test_record as rec;
 
     #[tokio::test]
     async fn batches_survive_reopen_and_duplicates_are_refused() {

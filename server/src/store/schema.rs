@@ -215,13 +215,7 @@ mod tests {
     use super::*;
     use std::ops::ControlFlow;
 
-    fn rec(step: i64, v: f64) -> StepRecord {
-        StepRecord {
-            step,
-            wall_time: step as f64,
-            values: vec![(MetricId(0), v), (MetricId(1), f64::NAN)],
-        }
-    }
+    use super::super::blob::test_record as rec;
 
     #[tokio::test]
     async fn a_version_1_database_gets_step_ranges_and_answers_range_reads() {
