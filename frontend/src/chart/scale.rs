@@ -60,12 +60,15 @@ pub fn clock(unix: f64) -> String {
     )
 }
 
-/// `1h02m`, `3m05s`, `12s`.
+/// `1h02m`, `3m05s`, `12s`, `0.4s`.
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() {
         return String::new();
     }
     let sign = if seconds < 0.0 { "-" } else { "" };
+    if seconds.abs() < 10.0 {
+        return format!("{sign}{:.1}s", seconds.abs());
+    }
     let s = seconds.abs().round() as i64;
     if s >= 3600 {
         format!("{sign}{}h{:02}m", s / 3600, s / 60 % 60)
@@ -175,6 +178,7 @@ mod tests {
         assert_eq!(to_y(f64::NAN, false), None);
         assert_eq!(duration(3725.0), "1h02m");
         assert_eq!(duration(65.0), "1m05s");
+        assert_eq!(duration(0.44), "0.4s");
         // A flat 1e-3 line padded by 5%: its ticks differ in the label.
         assert_ne!(tick(0.00099, 1e-4), tick(0.00101, 1e-4));
         assert_eq!(tick(0.5, 1.0), "0.50");

@@ -38,7 +38,8 @@ pub const DARK: Theme = Theme {
     selection: "rgba(96,165,250,0.2)",
 };
 
-/// Distinct on light and dark backgrounds (Tableau 10 with two additions).
+/// Distinct on light and dark backgrounds (Tableau 10 without its grey, which reads as
+/// "not selected", and three additions).
 pub const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -47,7 +48,7 @@ pub const PALETTE: [RGBColor; 12] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
+    RGBColor(230, 171, 2),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
     RGBColor(0, 90, 160),
