@@ -589,6 +589,7 @@ fn run_panel_config_diff_search_sort_grouping_and_a_four_rank_job() {
         SHORT,
         "document.querySelector('tr[data-key=\"lr\"][data-diff=true]') != null",
     );
+    // Keys both runs share are not marked.
     assert_eq!(
         page.eval(
             "document.querySelector('.config-diff tr[data-key=\"model.layers\"]').dataset.diff"

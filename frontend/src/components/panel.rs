@@ -104,6 +104,10 @@ fn Compare(ctx: Ctx) -> impl IntoView {
             {move || {
                 let ids = ctx.selected.get();
                 let details = ctx.details.get();
+                // Until every config arrived, a missing one would read as "differs".
+                if ids.iter().any(|id| !details.contains_key(id)) {
+                    return view! { <p class="hint" data-testid="compare-loading">"…"</p> }.into_any();
+                }
                 let configs: Vec<Vec<(String, String)>> = ids.iter()
                     .map(|id| details.get(id).map(|d| flatten(&d["config"])).unwrap_or_default())
                     .collect();
@@ -130,7 +134,7 @@ fn Compare(ctx: Ctx) -> impl IntoView {
                             </tr>
                         }).collect_view()}</tbody>
                     </table>
-                }
+                }.into_any()
             }}
         </div>
     }
