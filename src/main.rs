@@ -81,6 +81,15 @@ struct ServeArgs {
     /// rules run and alerts show in the web app, with no notifications.
     #[arg(long, env = "STEPSTREAM_ALERTS")]
     alerts: Option<PathBuf>,
+    /// A name requests may carry in `Host` besides the bound address (a DNS name, a reverse
+    /// proxy's); repeat or comma-separate. Anything else is refused (DNS rebinding).
+    #[arg(long, env = "STEPSTREAM_ALLOW_HOSTS", value_delimiter = ',')]
+    allow_host: Vec<String>,
+    /// An origin (`https://wiki.example.org`) whose pages may use the hub (sockets and API)
+    /// besides the hub's own; repeat or comma-separate; `*` for any. Browsers' requests from
+    /// any other origin are refused (cross-site WebSocket hijacking).
+    #[arg(long, env = "STEPSTREAM_ALLOW_ORIGINS", value_delimiter = ',')]
+    allow_origin: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -151,6 +160,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
         fsync: args.fsync,
         insecure_no_auth: args.insecure_no_auth,
+        allowed_hosts: args.allow_host,
+        allowed_origins: args.allow_origin,
         alerts: match &args.alerts {
             Some(path) => {
                 stepstream_server::notify::AlertsConfig::load(path).map_err(anyhow::Error::msg)?
@@ -192,6 +203,8 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         fsync: false,
         insecure_no_auth: false,
         alerts: Default::default(),
+        allowed_hosts: Vec::new(),
+        allowed_origins: Vec::new(),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let running = rt

@@ -6,6 +6,7 @@
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
+//! * `security` — who may connect: `Host` and `Origin` checks.
 //! * `tail` — following a growing CSV with a torn last line.
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
@@ -17,6 +18,7 @@ mod demo;
 mod docs;
 mod hub;
 mod range;
+mod security;
 mod tail;
 mod util;
 mod web;

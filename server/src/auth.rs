@@ -2,8 +2,8 @@
 //!
 //! With no tokens set everything is open, which `start` allows only on loopback. The write
 //! token also grants reading. Tokens travel in the collector's hello, or for HTTP and the
-//! viewer socket as `Authorization: Bearer TOKEN` or `?token=TOKEN` (browsers cannot set
-//! headers on a WebSocket).
+//! viewer socket as `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded
+//! (browsers cannot set headers on a WebSocket).
 
 use crate::AppState;
 use axum::extract::{Request, State};
@@ -54,11 +54,11 @@ fn token_of(req: &Request) -> Option<String> {
             return Some(t.trim().to_string());
         }
     }
+    // Percent-decoded: base64 tokens hold `+`, `/` and `=`, which a URL carries encoded.
     req.uri().query().and_then(|q| {
-        q.split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == "token")
-            .map(|(_, v)| v.to_string())
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
     })
 }
 

@@ -19,6 +19,10 @@ use stepstream_protocol::{
 /// decoder and gets a clear error instead of a dropped connection.
 pub const SOCKET_LIMIT: usize = codec::MAX_FRAME_LEN + 64 * 1024;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Until a hello is authenticated, frames above this are refused without being decoded: a
+/// peer without a token gets no more of the decoder than a hello needs (its config JSON
+/// included).
+pub const HELLO_LIMIT: usize = 256 * 1024;
 
 pub async fn collector_socket(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
     ws.max_message_size(SOCKET_LIMIT)
@@ -45,14 +49,25 @@ impl Conn {
             .is_ok()
     }
 
-    /// The next protocol frame; `Ok(None)` when the peer closed.
-    async fn next(&mut self) -> Result<Option<ToHub>, HubError> {
+    /// The next protocol frame, refused undecoded above `limit` bytes; `Ok(None)` when the
+    /// peer closed.
+    async fn next(&mut self, limit: usize) -> Result<Option<ToHub>, HubError> {
         loop {
             match self.socket.recv().await {
                 None | Some(Ok(Message::Close(_))) => return Ok(None),
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "collector socket error");
                     return Ok(None);
+                }
+                Some(Ok(Message::Binary(bytes))) if bytes.len() > limit => {
+                    return Err(fatal(
+                        ErrorCode::ProtocolViolation,
+                        format!(
+                            "a frame of {} bytes before an accepted hello; until then frames \
+                             are limited to {limit} bytes",
+                            bytes.len()
+                        ),
+                    ))
                 }
                 Some(Ok(Message::Binary(bytes))) => {
                     return ToHub::decode(&bytes).map(Some).map_err(|e| {
@@ -86,7 +101,7 @@ fn fatal(code: ErrorCode, message: impl Into<String>) -> HubError {
 }
 
 async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, conn.next()).await {
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, conn.next(HELLO_LIMIT)).await {
         Err(_) => {
             return Err(fatal(
                 ErrorCode::ProtocolViolation,
@@ -147,7 +162,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
 
 async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), HubError> {
     let hub = &app.hub;
-    while let Some(msg) = conn.next().await? {
+    while let Some(msg) = conn.next(usize::MAX).await? {
         match msg {
             ToHub::Batch(batch) => {
                 let seq = batch.seq;

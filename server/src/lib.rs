@@ -7,6 +7,7 @@
 //! * `store` — SQLite: the only code that touches the database.
 //! * `downsample` — M4 point budgets.
 //! * `api` — JSON, CSV and config over HTTP.
+//! * `guard` — `Host` and `Origin` checks: who may talk to the hub at all.
 //! * `auth` — tokens.
 //! * `web` — the embedded web app.
 
@@ -14,6 +15,7 @@ pub mod alerts;
 pub mod api;
 pub mod auth;
 pub mod downsample;
+pub mod guard;
 pub mod hub;
 pub mod ingest;
 pub mod notify;
@@ -44,6 +46,11 @@ pub struct Settings {
     pub insecure_no_auth: bool,
     /// Alert rules and notification channels.
     pub alerts: notify::AlertsConfig,
+    /// Names `Host` may carry besides the bound address (`--allow-host`).
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`) whose pages may use the hub besides its own
+    /// (`--allow-origin`; `*` for any).
+    pub allowed_origins: Vec<String>,
 }
 
 /// Shared by every handler.
@@ -76,8 +83,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// The routes, over an opened hub.
-pub fn router(state: AppState) -> Router {
+/// The routes, over an opened hub, behind the `Host`/`Origin` guard.
+pub fn router(state: AppState, guard: guard::Guard) -> Router {
     let reads = Router::new()
         .route("/api/runs", get(api::list_runs))
         .route("/api/runs/{id}", get(api::run_detail))
@@ -97,6 +104,10 @@ pub fn router(state: AppState) -> Router {
         .route("/ws/collector", get(ingest::collector_socket))
         .merge(reads)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(guard),
+            guard::require_known_peer,
+        ))
 }
 
 /// A bound, running hub.
@@ -155,7 +166,12 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             ticker.tick().await;
         }
     });
-    let app = router(state);
+    let guard = guard::Guard::new(
+        addr,
+        settings.allowed_hosts.clone(),
+        settings.allowed_origins.clone(),
+    );
+    let app = router(state, guard);
     let task = tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(Running { addr, hub, task })
 }

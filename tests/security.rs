@@ -1,0 +1,182 @@
+//! Who may connect: the `Host` and `Origin` checks in front of every route (the hardening
+//! issue; tokens are in `hub.rs`).
+
+use crate::util::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// The status code of a GET with these headers (a WebSocket upgrade when `upgrade`).
+fn status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bool) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if upgrade {
+        req.push_str(
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        );
+    } else {
+        req.push_str("Connection: close\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_served() {
+    let hub = Hub::start(&["--allow-origin", "https://wiki.example.org"]);
+    let addr = hub.addr();
+    let host = ("Host", addr.as_str());
+    let own = format!("http://{addr}");
+    for (path, upgrade, ok) in [
+        ("/ws/viewer", true, 101),
+        ("/ws/collector", true, 101),
+        ("/api/runs", false, 200),
+        ("/", false, 200),
+    ] {
+        let evil = status(
+            &addr,
+            path,
+            &[host, ("Origin", "http://evil.example")],
+            upgrade,
+        );
+        assert_eq!(evil, 403, "{path} from a foreign page");
+        let other_port = format!("http://127.0.0.1:{}", hub.port + 1);
+        let near = status(&addr, path, &[host, ("Origin", &other_port)], upgrade);
+        assert_eq!(near, 403, "{path} from another port of the same machine");
+        assert_eq!(
+            status(&addr, path, &[host, ("Origin", &own)], upgrade),
+            ok,
+            "{path} from the hub's own page"
+        );
+        assert_eq!(
+            status(
+                &addr,
+                path,
+                &[host, ("Origin", "https://wiki.example.org")],
+                upgrade
+            ),
+            ok,
+            "{path} from an allowed page"
+        );
+        assert_eq!(
+            status(&addr, path, &[host], upgrade),
+            ok,
+            "{path} from a non-browser client"
+        );
+    }
+    // The refusal says why.
+    let r = http_get_with(&addr, "/api/runs", &[("Origin", "http://evil.example")]);
+    assert!(r.contains("403") && r.contains("allow-origin"), "{r}");
+}
+
+#[test]
+fn a_foreign_host_is_refused_and_the_hubs_names_are_served() {
+    let hub = Hub::start(&["--allow-host", "hub.lab.internal"]);
+    let addr = hub.addr();
+    let port = hub.port;
+    for (host, ok) in [
+        ("evil.example".to_string(), false),
+        (format!("evil.example:{port}"), false),
+        (format!("127.0.0.1:{}", port + 1), false),
+        (addr.clone(), true),
+        (format!("localhost:{port}"), true),
+        ("hub.lab.internal".to_string(), true),
+    ] {
+        for path in ["/api/runs", "/"] {
+            let got = status(&addr, path, &[("Host", &host)], false);
+            assert_eq!(got == 200, ok, "Host {host} on {path}: {got}");
+        }
+        let ws = status(&addr, "/ws/viewer", &[("Host", &host)], true);
+        assert_eq!(ws == 101, ok, "Host {host} on the viewer socket: {ws}");
+    }
+}
+
+/// The raw response head and body of a GET with extra headers.
+fn http_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn percent_encoded_tokens_work_in_the_query_and_on_the_viewer_socket() {
+    // A base64 token: `+`, `/` and `=` travel percent-encoded in a URL.
+    let token = "q+Zx/8Ab==";
+    let hub = Hub::start(&["--write-token", "w", "--read-token", token]);
+    let addr = hub.addr();
+    let encoded = "q%2BZx%2F8Ab%3D%3D";
+    let host = ("Host", addr.as_str());
+    assert_eq!(
+        status(&addr, &format!("/api/runs?token={encoded}"), &[host], false),
+        200
+    );
+    assert_eq!(
+        status(&addr, &format!("/ws/viewer?token={encoded}"), &[host], true),
+        101
+    );
+    // Decoded, `+` is a space: the raw token in a URL is a different token.
+    assert_eq!(
+        status(&addr, &format!("/api/runs?token={token}"), &[host], false),
+        401
+    );
+    assert_eq!(status(&addr, "/api/runs?token=wrong", &[host], false), 401);
+}
+
+#[test]
+fn before_a_hello_is_accepted_only_a_small_frame_is_read() {
+    use stepstream_protocol::*;
+    let hub = Hub::start(&["--write-token", "w", "--read-token", "r"]);
+    // A megabyte before any hello: refused undecoded, with the reason, and the socket closed.
+    let mut c = RawCollector::connect(&hub);
+    let mut big = ToHub::Heartbeat(Heartbeat { wall_time: 0.0 }).encode();
+    big.resize(1 << 20, 0);
+    c.send_bytes(big);
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!("a refusal")
+    };
+    assert!(e.fatal && e.code == ErrorCode::ProtocolViolation, "{e:?}");
+    assert!(e.message.contains("before an accepted hello"), "{e:?}");
+    assert!(c.recv().is_none(), "closed");
+    // A hello with a generous config still fits, and after it, large batches are welcome.
+    let mut c = RawCollector::connect(&hub);
+    let ToHub::Hello(mut h) = hello("big-config", Some("w")) else {
+        unreachable!()
+    };
+    h.run.config_json = serde_json::json!({ "notes": "x".repeat(100_000) }).to_string();
+    c.send(ToHub::Hello(h));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    let records: Vec<StepRecord> = (0..40_000)
+        .map(|s| StepRecord {
+            step: s,
+            wall_time: 0.0,
+            values: vec![(MetricId(0), 1.0)],
+        })
+        .collect();
+    c.send(ToHub::Batch(Batch { seq: 1, records }));
+    assert!(matches!(
+        c.recv(),
+        Some(FromHub::Ack(Ack { through_seq: 1 }))
+    ));
+}
