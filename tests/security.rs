@@ -180,3 +180,76 @@ fn before_a_hello_is_accepted_only_a_small_frame_is_read() {
         Some(FromHub::Ack(Ack { through_seq: 1 }))
     ));
 }
+
+#[test]
+fn no_token_or_webhook_secret_reaches_the_logs() {
+    use stepstream_collector::{Collector, Options, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let closed = free_port(); // nothing listens: every delivery fails with a transport error
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        format!(
+            "attempts = 2\n\
+             [[channels]]\nkind = \"dingtalk\"\nurl = \"http://127.0.0.1:{closed}/robot/send?access_token=TOKSECRET1\"\nsecret = \"SECSECRET2\"\n\
+             [[channels]]\nkind = \"wecom\"\nurl = \"http://127.0.0.1:{closed}/cgi-bin/webhook/send?key=KEYSECRET3\"\n\
+             [[channels]]\nkind = \"slack\"\nurl = \"http://127.0.0.1:{closed}/services/T0/B0/SLACKSECRET4\"\n"
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let log = dir.path().join("hub.log");
+    let mut hub = std::process::Command::new(BIN)
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(dir.path().join("hub.db"))
+        .arg("--alerts")
+        .arg(&alerts)
+        .env("RUST_LOG", "debug")
+        .env("STEPSTREAM_WRITE_TOKEN", "WRITESECRET5")
+        .env("STEPSTREAM_READ_TOKEN", "READSECRET6")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("ws://127.0.0.1:{port}");
+    wait_for("the hub", Duration::from_secs(20), || {
+        TcpStream::connect(format!("127.0.0.1:{port}")).ok()
+    });
+    // A collector with a wrong token, then the right one, and a NaN that fires an alert.
+    let mut wrong = Options::new(&url, "p", "wrong");
+    wrong.token = Some("WRONGSECRET7".into());
+    let refused = Collector::start(wrong).unwrap();
+    refused.log(0, &[("loss", 1.0)]);
+    let mut o = Options::new(&url, "p", "nan");
+    o.token = Some("WRITESECRET5".into());
+    let run = Collector::start(o).unwrap();
+    for step in 0..5 {
+        run.log(step, &[("loss", if step == 3 { f64::NAN } else { 1.0 })]);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    let text = wait_for("three channels to give up", Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        (text.matches("giving up").count() >= 3).then_some(text)
+    });
+    // It can never deliver: give it a moment, not the default finish timeout.
+    let report = refused.finish_shared(Outcome::Finished, Duration::from_millis(200));
+    assert!(!report.delivered);
+    let _ = hub.kill();
+    let _ = hub.wait();
+    assert!(
+        text.contains("127.0.0.1"),
+        "the logs still say where delivery failed:\n{text}"
+    );
+    for secret in [
+        "TOKSECRET1",
+        "SECSECRET2",
+        "KEYSECRET3",
+        "SLACKSECRET4",
+        "WRITESECRET5",
+        "READSECRET6",
+        "WRONGSECRET7",
+        "sign=",
+    ] {
+        assert!(!text.contains(secret), "{secret} in the logs:\n{text}");
+    }
+}

@@ -212,8 +212,24 @@ fn post(url: &str, body: &serde_json::Value) -> Result<(), String> {
                 .take(200)
                 .collect::<String>()
         )),
-        Err(e) => Err(e.to_string()),
+        // Not `e.to_string()`: ureq prints the whole URL, and a robot's URL is its secret
+        // (DingTalk's `access_token` and `sign`, WeCom's `key`, Slack's path).
+        Err(ureq::Error::Transport(t)) => Err(format!(
+            "{} posting to {}{}",
+            t.kind(),
+            redact(url),
+            t.message().map(|m| format!(": {m}")).unwrap_or_default()
+        )),
     }
+}
+
+/// A URL without what may be secret in it: `scheme://host[:port]/…`.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // `user:password@` is secret too.
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    format!("{scheme}://{host}/…")
 }
 
 trait Stream: Read + Write {}
@@ -400,6 +416,18 @@ impl Notifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_urls_keep_only_the_host() {
+        assert_eq!(
+            redact("https://oapi.dingtalk.com/robot/send?access_token=abc&sign=x"),
+            "https://oapi.dingtalk.com/…"
+        );
+        assert_eq!(
+            redact("https://u:p@hooks.slack.com/services/T/B/C"),
+            "https://hooks.slack.com/…"
+        );
+    }
 
     fn notice() -> Notice {
         Notice {
