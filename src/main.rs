@@ -65,12 +65,27 @@ struct ServeArgs {
     /// Seconds of silence after which a stale run is marked failed (0 = never).
     #[arg(long, default_value_t = 600.0)]
     fail_after: f64,
-    /// Token collectors must present.
+    /// Token collectors must present. Prefer the file or the environment: a command line is
+    /// visible to every user of the machine in `ps`.
     #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
     write_token: Option<String>,
+    /// A file holding the write token (surrounding whitespace ignored).
+    #[arg(
+        long,
+        env = "STEPSTREAM_WRITE_TOKEN_FILE",
+        conflicts_with = "write_token"
+    )]
+    write_token_file: Option<PathBuf>,
     /// Token viewers and API clients must present.
     #[arg(long, env = "STEPSTREAM_READ_TOKEN", hide_env_values = true)]
     read_token: Option<String>,
+    /// A file holding the read token (surrounding whitespace ignored).
+    #[arg(
+        long,
+        env = "STEPSTREAM_READ_TOKEN_FILE",
+        conflicts_with = "read_token"
+    )]
+    read_token_file: Option<PathBuf>,
     /// Allow listening beyond loopback without tokens.
     #[arg(long)]
     insecure_no_auth: bool,
@@ -143,6 +158,20 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// A token given directly, or read from a file; empty means none.
+fn token(given: Option<String>, file: Option<&std::path::Path>) -> Result<Option<String>> {
+    let token = match file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => given,
+    };
+    Ok(token.filter(|t| !t.is_empty()))
+}
+
 fn serve(args: ServeArgs) -> Result<()> {
     if args.stale_after <= 0.0 {
         bail!("--stale-after must be positive");
@@ -155,8 +184,8 @@ fn serve(args: ServeArgs) -> Result<()> {
             fail_after: (args.fail_after > 0.0).then(|| Duration::from_secs_f64(args.fail_after)),
         },
         auth: Auth {
-            write: args.write_token.filter(|t| !t.is_empty()),
-            read: args.read_token.filter(|t| !t.is_empty()),
+            write: token(args.write_token, args.write_token_file.as_deref())?,
+            read: token(args.read_token, args.read_token_file.as_deref())?,
         },
         fsync: args.fsync,
         insecure_no_auth: args.insecure_no_auth,

@@ -253,3 +253,50 @@ fn no_token_or_webhook_secret_reaches_the_logs() {
         assert!(!text.contains(secret), "{secret} in the logs:\n{text}");
     }
 }
+
+#[test]
+fn tokens_can_come_from_files_and_stay_out_of_the_command_line() {
+    use stepstream_collector::{Collector, Options, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("write"), "file-write-token\n").unwrap();
+    std::fs::write(dir.path().join("read"), "  file-read-token \n").unwrap();
+    let w = dir.path().join("write").display().to_string();
+    let r = dir.path().join("read").display().to_string();
+    let hub = Hub::start(&["--write-token-file", &w, "--read-token-file", &r]);
+    let mut o = Options::new(&hub.ws(), "p", "from-file");
+    o.token = Some("file-write-token".into());
+    let run = Collector::start(o).unwrap();
+    run.log(0, &[("loss", 1.0)]);
+    assert!(run.finish(Outcome::Finished).delivered);
+    let addr = hub.addr();
+    let host = ("Host", addr.as_str());
+    assert_eq!(status(&addr, "/api/runs", &[host], false), 401);
+    assert_eq!(
+        status(&addr, "/api/runs?token=file-read-token", &[host], false),
+        200
+    );
+    // What `ps` shows of the hub holds no token.
+    let pids = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.parse::<u32>().ok());
+    let ours: Vec<String> = pids
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&r))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert!(!ours[0].contains("file-read-token") && !ours[0].contains("file-write-token"));
+    // A missing file is a clear error at start.
+    let out = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--read-token-file",
+            "/nonexistent/token",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the token file"));
+}
