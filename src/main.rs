@@ -86,6 +86,10 @@ struct ServeArgs {
         conflicts_with = "read_token"
     )]
     read_token_file: Option<PathBuf>,
+    /// Scoped tokens (TOML, `[[tokens]]` with `token`, `access` = "read" | "write",
+    /// `projects`, `runs`): per-project write tokens, read tokens for some projects or runs.
+    #[arg(long, env = "STEPSTREAM_TOKENS")]
+    tokens: Option<PathBuf>,
     /// Allow listening beyond loopback without tokens.
     #[arg(long)]
     insecure_no_auth: bool,
@@ -186,6 +190,16 @@ fn serve(args: ServeArgs) -> Result<()> {
         auth: Auth {
             write: token(args.write_token, args.write_token_file.as_deref())?,
             read: token(args.read_token, args.read_token_file.as_deref())?,
+            scoped: match &args.tokens {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| {
+                        format!("cannot read the tokens file {}", path.display())
+                    })?;
+                    stepstream_server::auth::TokensFile::parse(&text)
+                        .map_err(|e| anyhow::anyhow!("the tokens file {}: {e}", path.display()))?
+                }
+                None => Vec::new(),
+            },
         },
         fsync: args.fsync,
         insecure_no_auth: args.insecure_no_auth,

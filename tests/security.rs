@@ -300,3 +300,133 @@ fn tokens_can_come_from_files_and_stay_out_of_the_command_line() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the token file"));
 }
+
+#[test]
+fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
+    use stepstream_collector::{Collector, Options, Outcome};
+    use stepstream_protocol::*;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        "[[tokens]]\ntoken = \"vision-writer\"\naccess = \"write\"\nprojects = [\"vision\"]\n\
+         [[tokens]]\ntoken = \"nlp-reader\"\naccess = \"read\"\nprojects = [\"nlp\"]\n\
+         [[tokens]]\ntoken = \"one-run\"\naccess = \"read\"\nruns = [\"the-run\"]\n",
+    )
+    .unwrap();
+    let hub = Hub::start(&[
+        "--write-token",
+        "w",
+        "--read-token",
+        "r",
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]);
+    let write = |token: &str, project: &str, id: &str| {
+        let mut o = Options::new(&hub.ws(), project, id);
+        o.token = Some(token.into());
+        o.run_id = Some(RunId::new(id).unwrap());
+        let run = Collector::start(o).unwrap();
+        run.log(0, &[("loss", 1.0)]);
+        run.finish_shared(Outcome::Finished, Duration::from_secs(5))
+            .delivered
+    };
+    // A per-project write token writes its project only; the refusal says which project.
+    assert!(write("vision-writer", "vision", "v-1"));
+    assert!(!write("vision-writer", "nlp", "n-refused"));
+    let mut c = RawCollector::connect(&hub);
+    let ToHub::Hello(mut h) = hello("n-raw", Some("vision-writer")) else {
+        unreachable!()
+    };
+    h.run.project = "nlp".into();
+    c.send(ToHub::Hello(h));
+    let Some(FromHub::HubError(e)) = c.recv() else {
+        panic!("refused")
+    };
+    assert!(
+        e.code == ErrorCode::Unauthorized && e.message.contains("\"nlp\""),
+        "{e:?}"
+    );
+    assert!(write("w", "nlp", "n-1"));
+    assert!(write("w", "nlp", "the-run"));
+    assert!(write("w", "audio", "a-1"));
+
+    let addr = hub.addr();
+    let get = |path: &str, token: &str| http_get(&addr, path, Some(token));
+    let listed = |token: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_slice(&get("/api/runs", token).body).unwrap();
+        let mut ids: Vec<String> = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(listed("r"), ["a-1", "n-1", "the-run", "v-1"]);
+    assert_eq!(listed("nlp-reader"), ["n-1", "the-run"]);
+    assert_eq!(listed("one-run"), ["the-run"]);
+    assert_eq!(
+        listed("vision-writer"),
+        ["v-1"],
+        "a write token reads what it writes"
+    );
+    // Another run is as unknown as a missing one: detail, series, CSV, config, alerts.
+    for path in [
+        "",
+        "/series?metric=loss",
+        "/metrics.csv",
+        "/config.json",
+        "/alerts",
+    ] {
+        assert_eq!(
+            get(&format!("/api/runs/a-1{path}"), "nlp-reader").status,
+            404,
+            "{path}"
+        );
+        assert_eq!(
+            get(&format!("/api/runs/n-1{path}"), "nlp-reader").status,
+            200,
+            "{path}"
+        );
+        assert_eq!(
+            get(&format!("/api/runs/n-1{path}"), "one-run").status,
+            404,
+            "{path}"
+        );
+    }
+    // The viewer socket: the list holds the token's runs; another run cannot be followed.
+    let mut viewer = Viewer::connect_with_token(&hub, "one-run");
+    assert!(viewer.pump(Duration::from_secs(5), |v| !v.run_list.is_empty()));
+    let ids: Vec<String> = viewer
+        .run_list
+        .iter()
+        .map(|r| r.run_id.to_string())
+        .collect();
+    assert_eq!(ids, ["the-run"]);
+    viewer.subscribe(
+        &[RunId::new("a-1").unwrap(), RunId::new("the-run").unwrap()],
+        None,
+    );
+    let the_run = RunId::new("the-run").unwrap();
+    assert!(viewer.pump(Duration::from_secs(5), |v| v
+        .runs
+        .get(&the_run)
+        .is_some_and(|s| s.backfill_done)
+        && !v.errors.is_empty()));
+    assert_eq!(viewer.errors[0].code, ErrorCode::UnknownRun);
+    assert!(!viewer.runs.contains_key(&RunId::new("a-1").unwrap()));
+    // Live updates of other runs do not reach it either.
+    assert!(write("w", "audio", "a-2"));
+    std::thread::sleep(Duration::from_millis(300));
+    viewer.pump(Duration::from_millis(300), |_| false);
+    assert!(
+        viewer
+            .run_list
+            .iter()
+            .all(|r| r.run_id.as_str() == "the-run"),
+        "{:?}",
+        viewer.run_list
+    );
+}

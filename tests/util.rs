@@ -257,11 +257,22 @@ pub struct Viewer {
 
 impl Viewer {
     pub fn connect(hub: &Hub) -> Viewer {
+        Viewer::connect_url(format!("ws://127.0.0.1:{}/ws/viewer", hub.port))
+    }
+
+    /// With a read token in the query, as the web app sends it.
+    pub fn connect_with_token(hub: &Hub, token: &str) -> Viewer {
+        Viewer::connect_url(format!(
+            "ws://127.0.0.1:{}/ws/viewer?token={token}",
+            hub.port
+        ))
+    }
+
+    fn connect_url(url: String) -> Viewer {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let url = format!("ws://127.0.0.1:{}/ws/viewer", hub.port);
         let (ws, _) = rt.block_on(tokio_tungstenite::connect_async(url)).unwrap();
         Viewer {
             rt,

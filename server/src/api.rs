@@ -3,11 +3,12 @@
 //! Non-finite values, which JSON cannot hold as numbers, are written as the strings `"NaN"`,
 //! `"Infinity"` and `"-Infinity"`.
 
+use crate::auth::Scope;
 use crate::downsample::Budgeted;
 use crate::hub::Run;
 use crate::AppState;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -85,10 +86,13 @@ fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
     })
 }
 
-fn find(app: &AppState, id: &str) -> Result<Arc<Run>, ApiError> {
+/// The run `id`, if it exists and `scope` covers it: a run outside the token's scope is as
+/// unknown as one that does not exist, so a scoped token cannot probe for others.
+fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
     RunId::new(id)
         .ok()
         .and_then(|id| app.hub.run(&id))
+        .filter(|run| run.state(|st| scope.allows(&st.identity.project, id)))
         .ok_or_else(|| ApiError::UnknownRun(id.to_string()))
 }
 
@@ -108,7 +112,11 @@ pub struct ListQuery {
     config: Option<String>,
 }
 
-pub async fn list_runs(State(app): State<AppState>, Query(q): Query<ListQuery>) -> Json<Value> {
+pub async fn list_runs(
+    State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
+    Query(q): Query<ListQuery>,
+) -> Json<Value> {
     let now = unix_now();
     let stale = app.stale_after_s;
     let with_config = q.config.is_some_and(|c| c == "1" || c == "true");
@@ -116,6 +124,7 @@ pub async fn list_runs(State(app): State<AppState>, Query(q): Query<ListQuery>) 
         .hub
         .runs()
         .iter()
+        .filter(|r| r.state(|st| scope.allows(&st.identity.project, st.identity.run_id.as_str())))
         .map(|r| {
             let (summary, config) = r.state(|st| {
                 let config = with_config.then(|| st.identity.config_json.clone());
@@ -135,9 +144,10 @@ pub async fn list_runs(State(app): State<AppState>, Query(q): Query<ListQuery>) 
 /// `/api/latest`).
 pub async fn run_detail(
     State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id)?;
+    let run = find(&app, &id, &scope)?;
     let (summary, metrics, config) = run.state(|st| {
         (
             st.summary(),
@@ -167,10 +177,11 @@ pub struct SeriesQuery {
 /// time. Found through the step index, so a narrow window of a long run is cheap.
 pub async fn series(
     State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
     Query(q): Query<SeriesQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id)?;
+    let run = find(&app, &id, &scope)?;
     let (metric, last_seq, last_step) = run.state(|st| {
         let metric = st.metrics.iter().find(|m| m.name == q.metric).map(|m| m.id);
         (metric, st.tail.last_seq, st.tail.last_step)
@@ -232,9 +243,10 @@ fn attachment(name: &str) -> String {
 /// The run as CSV: `step,timestamp,` then one column per metric; streamed from the store.
 pub async fn export_csv(
     State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = find(&app, &id)?;
+    let run = find(&app, &id, &scope)?;
     let (metrics, last_seq, started) =
         run.state(|st| (st.metrics.clone(), st.tail.last_seq, st.identity.started_at));
     let header_line = stepstream_protocol::csv::header(metrics.iter().map(|m| m.name.as_str()));
@@ -304,9 +316,10 @@ pub async fn export_csv(
 /// The run's alerts (fired and resolved), oldest first.
 pub async fn alerts(
     State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id)?;
+    let run = find(&app, &id, &scope)?;
     let run_id = run.state(|st| st.identity.run_id.clone());
     let alerts = app.hub.store.alerts(run.key, run_id).await?;
     let list: Vec<Value> = alerts
@@ -328,9 +341,10 @@ pub async fn alerts(
 /// The run's hyper-parameters, as the collector sent them.
 pub async fn export_config(
     State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = find(&app, &id)?;
+    let run = find(&app, &id, &scope)?;
     let (config, started) =
         run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
     let name = format!("run_{}_config.json", utc_stamp(started));

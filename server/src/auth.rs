@@ -1,20 +1,107 @@
-//! Tokens: a write token for collectors, a read token for viewers and the API.
+//! Tokens: who may write which runs, and read which.
 //!
-//! With no tokens set everything is open, which `start` allows only on loopback. The write
-//! token also grants reading. Tokens travel in the collector's hello, or for HTTP and the
-//! viewer socket as `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded
-//! (browsers cannot set headers on a WebSocket).
+//! A global write token (collectors) and read token (viewers, the API), and any number of
+//! scoped tokens (`--tokens FILE`): a write token for some projects, a read token for some
+//! projects or some runs (what an embedding page should hold). A write token also reads what
+//! it may write. With no token of a kind configured, that kind is open, which `start`
+//! allows only on loopback.
+//!
+//! Tokens travel in the collector's hello, or for HTTP and the viewer socket as
+//! `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded (browsers cannot set
+//! headers on a WebSocket). Comparisons take the same time however much of a token matches.
 
 use crate::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+/// What a token may see or write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    /// Runs of these projects, and these runs.
+    Only {
+        projects: Vec<String>,
+        runs: Vec<String>,
+    },
+}
+
+impl Scope {
+    pub fn allows(&self, project: &str, run_id: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Only { projects, runs } => {
+                projects.iter().any(|p| p == project) || runs.iter().any(|r| r == run_id)
+            }
+        }
+    }
+}
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// One token of a `--tokens` file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopedToken {
+    pub token: String,
+    pub access: Access,
+    /// Projects it covers; with neither `projects` nor `runs`, every project.
+    #[serde(default)]
+    pub projects: Vec<String>,
+    /// Runs it covers (read tokens).
+    #[serde(default)]
+    pub runs: Vec<String>,
+}
+
+impl ScopedToken {
+    fn scope(&self) -> Scope {
+        if self.projects.is_empty() && self.runs.is_empty() {
+            Scope::All
+        } else {
+            Scope::Only {
+                projects: self.projects.clone(),
+                runs: self.runs.clone(),
+            }
+        }
+    }
+}
+
+/// The `--tokens` file: `[[tokens]]` tables.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokensFile {
+    #[serde(default)]
+    pub tokens: Vec<ScopedToken>,
+}
+
+impl TokensFile {
+    pub fn parse(text: &str) -> Result<Vec<ScopedToken>, String> {
+        let file: TokensFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        for t in &file.tokens {
+            if t.token.trim().is_empty() {
+                return Err("a token in the tokens file is empty".into());
+            }
+            if t.access == Access::Write && !t.runs.is_empty() {
+                return Err("write tokens are scoped by `projects`, not `runs`".into());
+            }
+        }
+        Ok(file.tokens)
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
     pub write: Option<String>,
     pub read: Option<String>,
+    pub scoped: Vec<ScopedToken>,
 }
 
 /// Compares without an early exit, so timing does not reveal a token's prefix.
@@ -27,24 +114,55 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 impl Auth {
+    fn has(&self, access: Access) -> bool {
+        let global = match access {
+            Access::Write => self.write.is_some(),
+            Access::Read => self.read.is_some(),
+        };
+        global || self.scoped.iter().any(|t| t.access == access)
+    }
+
     pub fn guards_reads_and_writes(&self) -> bool {
-        self.write.is_some() && self.read.is_some()
+        self.has(Access::Write) && self.has(Access::Read)
     }
 
-    pub fn may_write(&self, token: Option<&str>) -> bool {
-        match (&self.write, token) {
-            (None, _) => true,
-            (Some(w), Some(t)) => same(w, t),
-            (Some(_), None) => false,
+    /// What `token` may write; `None` when it may write nothing.
+    pub fn write_scope(&self, token: Option<&str>) -> Option<Scope> {
+        if !self.has(Access::Write) {
+            return Some(Scope::All);
         }
+        let token = token?;
+        if self.write.as_deref().is_some_and(|w| same(w, token)) {
+            return Some(Scope::All);
+        }
+        self.scoped
+            .iter()
+            .find(|t| t.access == Access::Write && same(&t.token, token))
+            .map(ScopedToken::scope)
     }
 
-    pub fn may_read(&self, token: Option<&str>) -> bool {
-        match (&self.read, token) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(r), Some(t)) => same(r, t) || self.write.as_deref().is_some_and(|w| same(w, t)),
+    /// What `token` may read; `None` when it may read nothing.
+    pub fn read_scope(&self, token: Option<&str>) -> Option<Scope> {
+        if !self.has(Access::Read) {
+            return Some(Scope::All);
         }
+        let token = token?;
+        if [&self.read, &self.write]
+            .into_iter()
+            .flatten()
+            .any(|t| same(t, token))
+        {
+            return Some(Scope::All);
+        }
+        self.scoped
+            .iter()
+            .find(|t| same(&t.token, token))
+            .map(ScopedToken::scope)
+    }
+
+    pub fn may_write(&self, token: Option<&str>, project: &str) -> bool {
+        self.write_scope(token)
+            .is_some_and(|s| matches!(s, Scope::All) || s.allows(project, ""))
     }
 }
 
@@ -62,15 +180,18 @@ fn token_of(req: &Request) -> Option<String> {
     })
 }
 
-pub async fn require_read(State(app): State<AppState>, req: Request, next: Next) -> Response {
-    if app.auth.may_read(token_of(&req).as_deref()) {
-        next.run(req).await
-    } else {
-        (
+/// Lets a request through with its read [`Scope`] in its extensions, or answers 401.
+pub async fn require_read(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    match app.auth.read_scope(token_of(&req).as_deref()) {
+        Some(scope) => {
+            req.extensions_mut().insert(scope);
+            next.run(req).await
+        }
+        None => (
             StatusCode::UNAUTHORIZED,
             axum::Json(serde_json::json!({"error": "missing or wrong read token"})),
         )
-            .into_response()
+            .into_response(),
     }
 }
 
@@ -81,14 +202,31 @@ mod tests {
     #[test]
     fn tokens() {
         let open = Auth::default();
-        assert!(open.may_write(None) && open.may_read(None));
+        assert!(open.may_write(None, "p") && open.read_scope(None) == Some(Scope::All));
         let locked = Auth {
             write: Some("w".into()),
             read: Some("r".into()),
+            scoped: TokensFile::parse(
+                "[[tokens]]\ntoken = \"pw\"\naccess = \"write\"\nprojects = [\"a\"]\n\
+                 [[tokens]]\ntoken = \"rr\"\naccess = \"read\"\nruns = [\"run-1\"]\n",
+            )
+            .unwrap(),
         };
-        assert!(!locked.may_write(None) && !locked.may_write(Some("r")));
-        assert!(locked.may_write(Some("w")));
-        assert!(locked.may_read(Some("r")) && locked.may_read(Some("w")));
-        assert!(!locked.may_read(Some("x")) && !locked.may_read(None));
+        assert!(!locked.may_write(None, "a") && !locked.may_write(Some("r"), "a"));
+        assert!(locked.may_write(Some("w"), "a") && locked.may_write(Some("w"), "b"));
+        assert!(locked.may_write(Some("pw"), "a") && !locked.may_write(Some("pw"), "b"));
+        assert!(!locked.may_write(Some("rr"), "a"));
+        assert_eq!(locked.read_scope(Some("r")), Some(Scope::All));
+        assert_eq!(locked.read_scope(Some("x")), None);
+        let pw = locked.read_scope(Some("pw")).unwrap();
+        assert!(pw.allows("a", "any") && !pw.allows("b", "any"));
+        let rr = locked.read_scope(Some("rr")).unwrap();
+        assert!(rr.allows("b", "run-1") && !rr.allows("b", "run-2"));
+        assert!(TokensFile::parse("[[tokens]]\ntoken = \"\"\naccess = \"read\"\n").is_err());
+        assert!(TokensFile::parse(
+            "[[tokens]]\ntoken = \"x\"\naccess = \"write\"\nruns = [\"r\"]\n"
+        )
+        .is_err());
+        assert!(TokensFile::parse("[[tokens]]\ntoken = \"x\"\naccess = \"admin\"\n").is_err());
     }
 }

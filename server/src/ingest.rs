@@ -128,10 +128,16 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
             ),
         ));
     }
-    if !app.auth.may_write(hello.token.as_deref()) {
+    if !app
+        .auth
+        .may_write(hello.token.as_deref(), &hello.run.project)
+    {
         return Err(fatal(
             ErrorCode::Unauthorized,
-            "missing or wrong write token",
+            format!(
+                "missing or wrong write token for project {:?}",
+                hello.run.project
+            ),
         ));
     }
     let run = app

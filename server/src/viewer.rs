@@ -8,12 +8,13 @@
 //! queue; when it is full the subscription task waits, its live channel lags, and it then
 //! sends a [`Resync`] and the missed batches from the store: a slow viewer costs only itself.
 
+use crate::auth::Scope;
 use crate::downsample::PerMetric;
 use crate::hub::{Hub, LiveEvent, Run};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,16 +31,49 @@ const OUTGOING_CAPACITY: usize = 256;
 /// Values per raw backfill chunk.
 const CHUNK_VALUES: usize = 50_000;
 
-pub async fn viewer_socket(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+pub async fn viewer_socket(
+    State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
+    ws: WebSocketUpgrade,
+) -> Response {
     ws.max_message_size(64 * 1024)
-        .on_upgrade(move |socket| serve(app.hub.clone(), socket))
+        .on_upgrade(move |socket| serve(app.hub.clone(), socket, scope))
+}
+
+/// Whether the viewer's token covers `run_id`.
+fn visible(hub: &Hub, scope: &Scope, run_id: &RunId) -> bool {
+    matches!(scope, Scope::All)
+        || hub
+            .run(run_id)
+            .is_some_and(|r| r.state(|st| scope.allows(&st.identity.project, run_id.as_str())))
+}
+
+/// The run list as the viewer's token may see it.
+fn run_list(hub: &Hub, scope: &Scope) -> Bytes {
+    let mut list = hub.run_list();
+    list.runs
+        .retain(|r| scope.allows(&r.project, r.run_id.as_str()));
+    frame(ToViewer::RunList(list))
+}
+
+/// Whether a run-list update (an encoded frame) is about a run the viewer may see.
+fn update_visible(hub: &Hub, scope: &Scope, bytes: &[u8]) -> bool {
+    if matches!(scope, Scope::All) {
+        return true;
+    }
+    match ToViewer::decode(bytes) {
+        Ok(ToViewer::RunUpdate(u)) => scope.allows(&u.run.project, u.run.run_id.as_str()),
+        Ok(ToViewer::StatusChange(c)) => visible(hub, scope, &c.run_id),
+        Ok(ToViewer::RunList(_)) | Err(_) => false,
+        Ok(_) => false,
+    }
 }
 
 fn frame(msg: ToViewer) -> Bytes {
     Bytes::from(msg.encode())
 }
 
-async fn serve(hub: Arc<Hub>, socket: WebSocket) {
+async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let (mut sink, mut stream) = socket.split();
     let (out, mut outgoing) = mpsc::channel::<Bytes>(OUTGOING_CAPACITY);
     let writer = tokio::spawn(async move {
@@ -53,7 +87,7 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
 
     let mut updates = hub.subscribe_updates();
     let mut subscriptions: HashMap<RunId, AbortHandle> = HashMap::new();
-    let _ = out.send(frame(ToViewer::RunList(hub.run_list()))).await;
+    let _ = out.send(run_list(&hub, &scope)).await;
     loop {
         tokio::select! {
             incoming = stream.next() => {
@@ -72,7 +106,7 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
                             if let Some(old) = subscriptions.remove(run_id) {
                                 old.abort();
                             }
-                            let Some(run) = hub.run(run_id) else {
+                            let Some(run) = hub.run(run_id).filter(|_| visible(&hub, &scope, run_id)) else {
                                 let msg = format!("unknown run {run_id}");
                                 let _ = out.send(error(ErrorCode::UnknownRun, &msg, false)).await;
                                 continue;
@@ -95,13 +129,13 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket) {
             }
             update = updates.recv() => match update {
                 Ok(bytes) => {
-                    if out.send(bytes).await.is_err() {
+                    if update_visible(&hub, &scope, &bytes) && out.send(bytes).await.is_err() {
                         break;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     // The list moved faster than this viewer reads: send it whole again.
-                    let _ = out.send(frame(ToViewer::RunList(hub.run_list()))).await;
+                    let _ = out.send(run_list(&hub, &scope)).await;
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
