@@ -39,7 +39,7 @@ class Hub:
     def start(self):
         self.proc = subprocess.Popen(
             [binary(), "serve", "--bind", f"127.0.0.1:{self.port}", "--db", str(self.db), *self.extra],
-            stdout=subprocess.PIPE, env={**os.environ, "RUST_LOG": "warn"}, text=True,
+            stdout=subprocess.PIPE, env={**os.environ, "RUST_LOG": os.environ.get("HUB_LOG", "warn")}, text=True,
         )
         line = self.proc.stdout.readline()
         assert "listening" in line, line

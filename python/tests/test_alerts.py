@@ -153,3 +153,121 @@ to = ["oncall@lab.test"]
         run.finish()
     finally:
         smtp.stop()
+
+
+def _certificate(tmp_path):
+    """A private CA and a server certificate for 127.0.0.1 signed by it (and the server's key),
+    made with the openssl CLI. A self-signed CA certificate cannot serve as the server's own:
+    rustls refuses a CA used as an end entity."""
+    import subprocess
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", "ca.key",
+            "-out", "ca.pem", "-subj", "/CN=stepstream test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "leaf.csr",
+            "-subj", "/CN=127.0.0.1")
+    (tmp_path / "leaf.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "cert.pem", "-days", "1", "-extfile", "leaf.ext")
+    return tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+
+
+def test_mail_over_starttls_and_implicit_tls_with_a_hostile_chinese_run_name(make_hub, tmp_path):
+    """STARTTLS (AUTH only after it) and implicit TLS, to real aiosmtpd servers with a private
+    CA; a run name holding CRLF and Chinese arrives as one encoded subject, no header added."""
+    import email
+    import email.policy
+    import ssl
+
+    from aiosmtpd.smtp import AuthResult
+
+    ca, cert, key = _certificate(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    logins = []
+
+    def authenticator(label):
+        def check(server, session, envelope, mechanism, auth_data):
+            # On the STARTTLS server, `session.ssl` says whether the upgrade happened first;
+            # the implicit-TLS server speaks nothing but TLS.
+            logins.append((label, session.ssl is not None or label == "implicit"))
+            return AuthResult(success=auth_data.login == b"hub" and auth_data.password == b"pw")
+        return check
+
+    starttls_box, implicit_box = Mailbox(), Mailbox()
+    starttls = Controller(starttls_box, hostname="127.0.0.1", port=free_port(), tls_context=ctx,
+                          require_starttls=True, authenticator=authenticator("starttls"), auth_require_tls=True)
+    implicit = Controller(implicit_box, hostname="127.0.0.1", port=free_port(), ssl_context=ctx,
+                          authenticator=authenticator("implicit"), auth_require_tls=False)
+    starttls.start()
+    implicit.start()
+    try:
+        config = tmp_path / "alerts.toml"
+        config.write_text(f"""
+attempts = 3
+[[channels]]
+kind = "email"
+server = "127.0.0.1:{starttls.port}"
+tls = "starttls"
+ca_file = "{ca}"
+username = "hub"
+password = "pw"
+from = "hub@lab.test"
+to = ["oncall@lab.test"]
+[[channels]]
+kind = "email"
+server = "127.0.0.1:{implicit.port}"
+tls = "implicit"
+ca_file = "{ca}"
+username = "hub"
+password = "pw"
+from = "hub@lab.test"
+to = ["oncall@lab.test"]
+""")
+        hub = make_hub("--alerts", str(config))
+        name = "训练\r\nBcc: thief@evil.test\r\nX-Injected: 1"
+        run = stepstream.init(hub=hub.url, project="中文项目", name=name, archive_dir=None, system_metrics=False)
+        for step in range(40):
+            run.log({"loss": float("nan") if step == 30 else 1.0 / (step + 1)}, step=step)
+        run.flush()
+        hub.wait("both mails", lambda: starttls_box.messages and implicit_box.messages, timeout=20)
+        for box in (starttls_box, implicit_box):
+            mail_from, rcpts, content = box.messages[0]
+            assert mail_from == "hub@lab.test" and rcpts == ["oncall@lab.test"], "no injected recipient"
+            msg = email.message_from_string(content, policy=email.policy.default)
+            assert msg["Bcc"] is None and msg["X-Injected"] is None, content
+            subject = str(msg["Subject"])
+            assert "\n" not in subject and "\r" not in subject
+            assert subject.startswith("[stepstream ALERT] 中文项目/训练") and "non_finite" in subject, subject
+            assert "=?utf-8?" in content.split("\n\n")[0].lower(), "RFC 2047 encoded in the raw header"
+            assert msg["Date"] and msg["Message-ID"], content
+            assert msg.get_content_type() == "text/plain" and msg.get_content_charset() == "utf-8"
+            assert "step 30" in msg.get_content()
+        # The resolved notice follows, once per channel: nothing sent twice.
+        hub.wait("the resolved mails", lambda: len(starttls_box.messages) == 2 and len(implicit_box.messages) == 2, timeout=20)
+        time.sleep(1)
+        assert [len(starttls_box.messages), len(implicit_box.messages)] == [2, 2]
+        # AUTH went over TLS only, and the password never crossed in clear.
+        assert {label for label, _ in logins} == {"starttls", "implicit"}, logins
+        assert all(over_tls for _, over_tls in logins), logins
+        run.finish()
+    finally:
+        starttls.stop()
+        implicit.stop()
+
+
+def test_a_mail_password_without_tls_is_refused_at_start(tmp_path):
+    import subprocess
+
+    from conftest import binary
+
+    config = tmp_path / "alerts.toml"
+    config.write_text('[[channels]]\nkind = "email"\nserver = "127.0.0.1:25"\nusername = "u"\n'
+                      'password = "p"\nfrom = "a@b.test"\nto = ["c@d.test"]\n')
+    out = subprocess.run([binary(), "serve", "--bind", "127.0.0.1:0",
+                          "--alerts", str(config)], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "needs tls" in out.stderr, out.stderr

@@ -10,8 +10,6 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::Sha256;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -32,7 +30,31 @@ impl AlertsConfig {
     pub fn load(path: &std::path::Path) -> Result<AlertsConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let config: AlertsConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for c in &config.channels {
+            if let Channel::Email {
+                tls,
+                starttls,
+                password: Some(_),
+                ..
+            } = c
+            {
+                if tls.unwrap_or(if *starttls {
+                    MailTls::Starttls
+                } else {
+                    MailTls::None
+                }) == MailTls::None
+                {
+                    return Err(format!(
+                        "{}: an email channel with a password needs tls = \"starttls\" or \"implicit\" \
+                         (the password would cross the network in clear)",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        Ok(config)
     }
 }
 
@@ -49,16 +71,31 @@ pub enum Channel {
     Feishu { url: String, secret: Option<String> },
     /// Slack incoming webhook.
     Slack { url: String },
-    /// Email over SMTP; `starttls` for servers that require it, plain for local relays.
+    /// Email over SMTP (lettre): `tls = "starttls"` (port 587), `"implicit"` (465) or
+    /// `"none"` (a local relay; no password is ever sent without TLS). `ca_file` trusts a
+    /// private CA besides the public roots.
     Email {
         server: String,
         #[serde(default)]
+        tls: Option<MailTls>,
+        /// Older spelling of `tls = "starttls"`.
+        #[serde(default)]
         starttls: bool,
+        ca_file: Option<std::path::PathBuf>,
         username: Option<String>,
         password: Option<String>,
         from: String,
         to: Vec<String>,
     },
+}
+
+/// How mail reaches its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MailTls {
+    None,
+    Starttls,
+    Implicit,
 }
 
 impl Channel {
@@ -232,15 +269,26 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}://{host}/…")
 }
 
-trait Stream: Read + Write {}
-impl<T: Read + Write> Stream for T {}
+/// A header-safe line: control characters (CR, LF...) in a project or run name become
+/// spaces, so no name can start a header of its own.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
 
-/// A small SMTP client: EHLO, optional STARTTLS (rustls, web PKI roots) and AUTH PLAIN, one
-/// message.
+/// Sends one notice by mail with lettre: `Date`, `Message-ID`, MIME and RFC 2047 encoded
+/// headers (Chinese run names arrive intact), STARTTLS or implicit TLS, AUTH only over TLS.
 fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
+    use lettre::message::{header::ContentType, Mailbox};
+    use lettre::transport::smtp::authentication::Credentials;
+    use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+    use lettre::{SmtpTransport, Transport};
     let Channel::Email {
         server,
+        tls,
         starttls,
+        ca_file,
         username,
         password,
         from,
@@ -249,95 +297,60 @@ fn send_mail(channel: &Channel, n: &Notice) -> Result<(), String> {
     else {
         return Err("not an email channel".into());
     };
-    let err = |e: std::io::Error| e.to_string();
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(server.as_str())
-        .map_err(err)?
-        .next()
-        .ok_or("no address for the SMTP server")?;
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(err)?;
-    tcp.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(err)?;
-    let host = server
-        .rsplit_once(':')
-        .map_or(server.as_str(), |(h, _)| h)
-        .to_string();
-    let mut conn: BufReader<Box<dyn Stream>> =
-        BufReader::new(Box::new(tcp.try_clone().map_err(err)?));
-
-    fn reply(conn: &mut BufReader<Box<dyn Stream>>, want: u16) -> Result<String, String> {
-        let mut all = String::new();
-        loop {
-            let mut line = String::new();
-            if conn.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-                return Err("the SMTP server closed the connection".into());
-            }
-            all.push_str(&line);
-            if line.len() < 4 || line.as_bytes()[3] != b'-' {
-                break;
-            }
-        }
-        let code: u16 = all.get(..3).and_then(|c| c.parse().ok()).unwrap_or(0);
-        if code != want {
-            return Err(format!("SMTP: expected {want}, got {}", all.trim()));
-        }
-        Ok(all)
-    }
-    fn say(conn: &mut BufReader<Box<dyn Stream>>, line: &str, want: u16) -> Result<String, String> {
-        conn.get_mut()
-            .write_all(format!("{line}\r\n").as_bytes())
-            .map_err(|e| e.to_string())?;
-        reply(conn, want)
-    }
-
-    reply(&mut conn, 220)?;
-    say(&mut conn, "EHLO stepstream", 250)?;
-    if *starttls {
-        say(&mut conn, "STARTTLS", 220)?;
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let name =
-            rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
-        let tls =
-            rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-        conn = BufReader::new(Box::new(rustls::StreamOwned::new(tls, tcp)));
-        say(&mut conn, "EHLO stepstream", 250)?;
-    }
-    if let (Some(user), Some(pass)) = (username, password) {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("\0{user}\0{pass}"));
-        say(&mut conn, &format!("AUTH PLAIN {token}"), 235)?;
-    }
-    say(&mut conn, &format!("MAIL FROM:<{from}>"), 250)?;
+    let mode = tls.unwrap_or(if *starttls {
+        MailTls::Starttls
+    } else {
+        MailTls::None
+    });
+    let (host, port) = match server.rsplit_once(':') {
+        Some((h, p)) => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("bad port in {server:?}"))?,
+        ),
+        None => (
+            server.as_str(),
+            if mode == MailTls::Implicit { 465 } else { 587 },
+        ),
+    };
+    let mut email = lettre::Message::builder()
+        .from(
+            from.parse::<Mailbox>()
+                .map_err(|e| format!("from {from:?}: {e}"))?,
+        )
+        .subject(one_line(&n.title()))
+        .message_id(None)
+        .header(ContentType::TEXT_PLAIN);
     for rcpt in to {
-        say(&mut conn, &format!("RCPT TO:<{rcpt}>"), 250)?;
+        email = email.to(rcpt
+            .parse::<Mailbox>()
+            .map_err(|e| format!("to {rcpt:?}: {e}"))?);
     }
-    say(&mut conn, "DATA", 354)?;
-    let body: String = n
-        .text()
-        .lines()
-        .map(|l| {
-            if l.starts_with('.') {
-                format!(".{l}\r\n")
-            } else {
-                format!("{l}\r\n")
-            }
-        })
-        .collect();
-    let message = format!(
-        "From: {from}\r\nTo: {}\r\nSubject: {}\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{body}.",
-        to.join(", "),
-        n.title()
-    );
-    say(&mut conn, &message, 250)?;
-    let _ = say(&mut conn, "QUIT", 221);
-    Ok(())
+    let email = email.body(n.text()).map_err(|e| e.to_string())?;
+    let tls_parameters = || -> Result<TlsParameters, String> {
+        let mut b = TlsParameters::builder(host.to_string());
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            b = b.add_root_certificate(Certificate::from_pem(&pem).map_err(|e| e.to_string())?);
+        }
+        b.build_rustls().map_err(|e| e.to_string())
+    };
+    let mut transport = SmtpTransport::builder_dangerous(host)
+        .port(port)
+        .timeout(Some(Duration::from_secs(30)))
+        .tls(match mode {
+            MailTls::None => Tls::None,
+            MailTls::Starttls => Tls::Required(tls_parameters()?),
+            MailTls::Implicit => Tls::Wrapper(tls_parameters()?),
+        });
+    if let (Some(user), Some(pass)) = (username, password) {
+        transport = transport.credentials(Credentials::new(user.clone(), pass.clone()));
+    }
+    transport
+        .build()
+        .send(&email)
+        .map(|_| ())
+        .map_err(|e| format!("SMTP via {host}:{port}: {e}"))
 }
 
 fn deliver(channel: &Channel, n: &Notice) -> Result<(), String> {
