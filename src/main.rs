@@ -86,6 +86,12 @@ struct ServeArgs {
         conflicts_with = "read_token"
     )]
     read_token_file: Option<PathBuf>,
+    /// Serve HTTPS and `wss://` with this certificate chain (PEM); reloaded when it changes.
+    #[arg(long, env = "STEPSTREAM_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "STEPSTREAM_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Scoped tokens (TOML, `[[tokens]]` with `token`, `access` = "read" | "write",
     /// `projects`, `runs`): per-project write tokens, read tokens for some projects or runs.
     #[arg(long, env = "STEPSTREAM_TOKENS")]
@@ -137,6 +143,9 @@ struct TailArgs {
     /// How often to look for new lines, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
+    /// For a `wss://` hub with a private CA: its PEM certificate(s).
+    #[arg(long, env = "STEPSTREAM_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -205,6 +214,10 @@ fn serve(args: ServeArgs) -> Result<()> {
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
+        tls: match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(stepstream_server::TlsFiles { cert, key }),
+            _ => None,
+        },
         alerts: match &args.alerts {
             Some(path) => {
                 stepstream_server::notify::AlertsConfig::load(path).map_err(anyhow::Error::msg)?
@@ -219,11 +232,16 @@ fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let scheme = if settings.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     rt.block_on(async move {
         let running = stepstream_server::start(settings)
             .await
             .context("cannot start the hub")?;
-        println!("stepstream hub listening on http://{}", running.addr);
+        println!("stepstream hub listening on {scheme}://{}", running.addr);
         tokio::select! {
             r = running.wait() => r.context("the hub stopped"),
             _ = tokio::signal::ctrl_c() => {
@@ -248,6 +266,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         alerts: Default::default(),
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
+        tls: None,
     };
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let running = rt
@@ -325,6 +344,7 @@ fn tail_file(args: TailArgs) -> Result<()> {
     options.run_id = Some(run_id.clone());
     options.config_json = config_json;
     options.framework = "csv tail".into();
+    options.ca_file = args.ca_file.clone();
     let collector = Collector::start(options)?;
 
     let stop = Arc::new(AtomicBool::new(false));

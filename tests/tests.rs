@@ -7,6 +7,7 @@
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
 //! * `security` — who may connect: `Host` and `Origin` checks.
+//! * `tls` — HTTPS and `wss://` with a private CA, certificates renewed while serving.
 //! * `tail` — following a growing CSV with a torn last line.
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
@@ -20,5 +21,6 @@ mod hub;
 mod range;
 mod security;
 mod tail;
+mod tls;
 mod util;
 mod web;

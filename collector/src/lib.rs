@@ -21,6 +21,7 @@ mod sender;
 mod spool;
 pub mod system;
 pub mod tail;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,6 +71,8 @@ pub struct Options {
     pub memory_records: usize,
     /// Where the spool file goes (default: the system temp dir's `stepstream-spool/`).
     pub spool_dir: Option<std::path::PathBuf>,
+    /// For `wss://`: PEM certificates of a private CA to trust besides the public roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -94,6 +97,7 @@ impl Options {
             flush_every: 10,
             memory_records: 500_000,
             spool_dir: None,
+            ca_file: None,
         }
     }
 }
@@ -106,6 +110,8 @@ pub enum StartError {
     BadConfig(String),
     #[error("cannot start the sender thread: {0}")]
     Thread(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error("cannot create the run archive in {dir}: {source}")]
     Archive {
         dir: std::path::PathBuf,
@@ -300,7 +306,9 @@ impl Collector {
             .map(|a| (a.metrics_path.clone(), a.config_path.clone()));
         let (queue, commands) = mpsc::channel(options.queue_capacity.max(16));
         let stats = Arc::new(Stats::default());
-        let sender = sender::Sender::new(url, options.clone(), identity, stats.clone(), archive);
+        let tls = tls::client_config(options.ca_file.as_deref()).map_err(StartError::Tls)?;
+        let sender =
+            sender::Sender::new(url, options.clone(), identity, stats.clone(), archive, tls);
         let thread = std::thread::Builder::new()
             .name("stepstream-sender".into())
             .spawn(move || sender.run(commands))

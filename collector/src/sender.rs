@@ -56,6 +56,8 @@ pub(crate) struct Sender {
     welcomed: bool,
     finish: Option<(FinishStatus, Option<oneshot::Sender<bool>>)>,
     archive: Option<crate::archive::Archive>,
+    /// For `wss://` hubs.
+    tls: Arc<rustls::ClientConfig>,
 }
 
 enum Ended {
@@ -73,6 +75,7 @@ impl Sender {
         identity: RunIdentity,
         stats: Arc<Stats>,
         archive: Option<crate::archive::Archive>,
+        tls: Arc<rustls::ClientConfig>,
     ) -> Sender {
         Sender {
             url,
@@ -92,6 +95,7 @@ impl Sender {
             welcomed: false,
             finish: None,
             archive,
+            tls,
         }
     }
 
@@ -352,12 +356,17 @@ impl Sender {
             error,
             was_welcomed,
         };
-        let ws: Ws =
-            match timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&self.url)).await {
-                Ok(Ok((ws, _))) => ws,
-                Ok(Err(e)) => return lost(format!("cannot connect to {}: {e}", self.url), false),
-                Err(_) => return lost(format!("connecting to {} timed out", self.url), false),
-            };
+        let connect = tokio_tungstenite::connect_async_tls_with_config(
+            &self.url,
+            None,
+            false,
+            Some(tokio_tungstenite::Connector::Rustls(self.tls.clone())),
+        );
+        let ws: Ws = match timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(e)) => return lost(format!("cannot connect to {}: {e}", self.url), false),
+            Err(_) => return lost(format!("connecting to {} timed out", self.url), false),
+        };
         let (mut sink, mut stream) = ws.split();
         let hello = ToHub::Hello(Hello {
             protocol: codec::VERSION,

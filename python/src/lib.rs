@@ -127,7 +127,7 @@ impl Run {
     #[pyo3(signature = (hub, project, name, *, config_json = "{}".to_string(), run_id = None,
         token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
         flush_every = 10, defer_every = 10, system_interval = None, memory_records = 500_000,
-        spool_dir = None, job = None, framework = String::new()))]
+        spool_dir = None, job = None, framework = String::new(), ca_file = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         hub: &str,
@@ -147,6 +147,7 @@ impl Run {
         spool_dir: Option<std::path::PathBuf>,
         job: Option<String>,
         framework: String,
+        ca_file: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let mut o = Options::new(hub, project, name);
         o.config_json = config_json;
@@ -159,6 +160,7 @@ impl Run {
         o.world_size = world_size;
         o.job = job;
         o.framework = framework;
+        o.ca_file = ca_file;
         o.archive_dir = archive_dir;
         o.archive_tag = archive_tag;
         o.flush_every = flush_every;

@@ -149,6 +149,7 @@ def init(
     spool_dir: Optional[str] = None,
     job: Optional[str] = None,
     framework: str = "",
+    ca_file: Optional[str] = None,
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 
@@ -164,6 +165,8 @@ def init(
         PBS, LSF, MindSpore's scheduler address). The web app shows a job as one row that
         expands into its ranks, and the straggler alert compares the ranks of a job.
     framework: what trains the model (``mindspore``, ``pytorch``...), shown in the run panel.
+    ca_file: for a ``wss://`` hub with a private CA: its PEM certificate(s), trusted besides
+        the public roots (default ``$STEPSTREAM_CA_FILE``).
     """
     rank, world_size, _local = detect_rank()
     if rank != 0 and not all_ranks:
@@ -201,5 +204,6 @@ def init(
         spool_dir=spool_dir,
         job=job,
         framework=framework,
+        ca_file=ca_file or os.environ.get("STEPSTREAM_CA_FILE"),
     )
     return Run(native, rank, world_size)

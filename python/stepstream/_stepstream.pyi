@@ -22,6 +22,9 @@ class Run:
         system_interval: Optional[float] = None,
         memory_records: int = 500_000,
         spool_dir: Optional[str] = None,
+        job: Optional[str] = None,
+        framework: str = "",
+        ca_file: Optional[str] = None,
     ) -> None: ...
     def log(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None: ...
     def flush(self) -> None: ...

@@ -25,6 +25,7 @@ pub mod web;
 
 use axum::routing::get;
 use axum::Router;
+use axum_server::tls_rustls::RustlsConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,7 +52,20 @@ pub struct Settings {
     /// Origins (`scheme://host[:port]`) whose pages may use the hub besides its own
     /// (`--allow-origin`; `*` for any).
     pub allowed_origins: Vec<String>,
+    /// Serve HTTPS and `wss://` with this certificate chain and key (PEM), reloaded when
+    /// the files change.
+    pub tls: Option<TlsFiles>,
 }
+
+/// A certificate chain and its private key, PEM files.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// How often the certificate files are looked at for a renewal.
+const TLS_RELOAD_CHECK: Duration = Duration::from_secs(2);
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -77,6 +91,12 @@ pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot load the TLS certificate {cert} / key {key}: {source}")]
+    Tls {
+        cert: PathBuf,
+        key: PathBuf,
         source: std::io::Error,
     },
     #[error("server error: {0}")]
@@ -172,6 +192,50 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         settings.allowed_origins.clone(),
     );
     let app = router(state, guard);
-    let task = tokio::spawn(async move { axum::serve(listener, app).await });
+    let task = match &settings.tls {
+        None => tokio::spawn(async move { axum::serve(listener, app).await }),
+        Some(files) => {
+            let config = RustlsConfig::from_pem_file(&files.cert, &files.key)
+                .await
+                .map_err(|source| ServeError::Tls {
+                    cert: files.cert.clone(),
+                    key: files.key.clone(),
+                    source,
+                })?;
+            tokio::spawn(reload_on_change(config.clone(), files.clone()));
+            let server = axum_server::from_tcp_rustls(listener.into_std()?, config)?;
+            tokio::spawn(async move { server.serve(app.into_make_service()).await })
+        }
+    };
     Ok(Running { addr, hub, task })
+}
+
+/// The files' modification times, to notice a renewed certificate.
+fn modified(files: &TlsFiles) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
+    let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(&files.cert)?, m(&files.key)?))
+}
+
+/// Reloads the certificate when its files change (a renewal), without a restart; new
+/// connections get the new one. A pair that does not load keeps the old one in service.
+async fn reload_on_change(config: RustlsConfig, files: TlsFiles) {
+    let mut seen = modified(&files);
+    let mut every = tokio::time::interval(TLS_RELOAD_CHECK);
+    loop {
+        every.tick().await;
+        let now = modified(&files);
+        if now.is_none() || now == seen {
+            continue;
+        }
+        match config.reload_from_pem_file(&files.cert, &files.key).await {
+            Ok(()) => {
+                seen = now;
+                tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded");
+            }
+            // Half-written (the key renewed before the certificate): try again next tick.
+            Err(e) => {
+                tracing::warn!(error = %e, "TLS certificate not reloaded; keeping the old one")
+            }
+        }
+    }
 }
