@@ -10,7 +10,8 @@ fn architecture_paths_exist() {
             && part.contains('/')
             && !part.contains(' ')
             && !part.contains("::")
-            && !part.starts_with("ws:");
+            && !part.starts_with("ws:")
+            && !part.starts_with("wss:");
         if looks_like_path && !root.join(part).exists() {
             missing.push(part.to_string());
         }
