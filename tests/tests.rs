@@ -5,6 +5,7 @@
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
+//! * `proxy` — the hub behind Debian's nginx, as `docs/reverse-proxy.nginx.conf` shows.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
 //! * `security` — who may connect: `Host` and `Origin` checks.
 //! * `tls` — HTTPS and `wss://` with a private CA, certificates renewed while serving.
@@ -18,6 +19,7 @@ mod charts;
 mod demo;
 mod docs;
 mod hub;
+mod proxy;
 mod range;
 mod security;
 mod tail;

@@ -268,7 +268,7 @@ impl Viewer {
         ))
     }
 
-    fn connect_url(url: String) -> Viewer {
+    pub fn connect_url(url: String) -> Viewer {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
