@@ -3,7 +3,6 @@
 //! `Origin` checks still holding.
 
 use crate::util::*;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -66,26 +65,6 @@ fn nginx(hub_port: u16, port: u16) -> Nginx {
     }
 }
 
-/// The status of a GET through `addr` with these headers (a WebSocket upgrade if asked).
-fn status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bool) -> u16 {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str(if upgrade {
-        "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-    } else {
-        "Connection: close\r\n\r\n"
-    });
-    s.write_all(req.as_bytes()).unwrap();
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).unwrap();
-    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
-}
-
 #[test]
 fn collectors_viewers_and_the_api_work_through_nginx_and_the_checks_still_hold() {
     // nginx passes the browser's `Host` on, so the hub must know the proxy's name.
@@ -107,13 +86,13 @@ fn collectors_viewers_and_the_api_work_through_nginx_and_the_checks_still_hold()
     // The API and the viewer socket through it, from the proxy's own page.
     let host = ("Host", via.as_str());
     let own = format!("http://{via}");
-    assert_eq!(status(&via, "/api/runs", &[host], false), 200);
+    assert_eq!(http_status(&via, "/api/runs", &[host], false), 200);
     assert_eq!(
-        status(&via, "/ws/viewer", &[host, ("Origin", &own)], true),
+        http_status(&via, "/ws/viewer", &[host, ("Origin", &own)], true),
         101
     );
     assert_eq!(
-        status(
+        http_status(
             &via,
             "/ws/viewer",
             &[host, ("Origin", "http://evil.example")],
@@ -122,7 +101,7 @@ fn collectors_viewers_and_the_api_work_through_nginx_and_the_checks_still_hold()
         403
     );
     assert_eq!(
-        status(&via, "/api/runs", &[("Host", "evil.example")], false),
+        http_status(&via, "/api/runs", &[("Host", "evil.example")], false),
         403
     );
     let mut viewer = Viewer::connect_url(format!("ws://{via}/ws/viewer"));

@@ -6,29 +6,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// The status code of a GET with these headers (a WebSocket upgrade when `upgrade`).
-fn status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bool) -> u16 {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if upgrade {
-        req.push_str(
-            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
-        );
-    } else {
-        req.push_str("Connection: close\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).unwrap();
-    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_served() {
     let hub = Hub::start(&["--allow-origin", "https://wiki.example.org"]);
@@ -41,7 +18,7 @@ fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_
         ("/api/runs", false, 200),
         ("/", false, 200),
     ] {
-        let evil = status(
+        let evil = http_status(
             &addr,
             path,
             &[host, ("Origin", "http://evil.example")],
@@ -49,15 +26,15 @@ fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_
         );
         assert_eq!(evil, 403, "{path} from a foreign page");
         let other_port = format!("http://127.0.0.1:{}", hub.port + 1);
-        let near = status(&addr, path, &[host, ("Origin", &other_port)], upgrade);
+        let near = http_status(&addr, path, &[host, ("Origin", &other_port)], upgrade);
         assert_eq!(near, 403, "{path} from another port of the same machine");
         assert_eq!(
-            status(&addr, path, &[host, ("Origin", &own)], upgrade),
+            http_status(&addr, path, &[host, ("Origin", &own)], upgrade),
             ok,
             "{path} from the hub's own page"
         );
         assert_eq!(
-            status(
+            http_status(
                 &addr,
                 path,
                 &[host, ("Origin", "https://wiki.example.org")],
@@ -67,7 +44,7 @@ fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_
             "{path} from an allowed page"
         );
         assert_eq!(
-            status(&addr, path, &[host], upgrade),
+            http_status(&addr, path, &[host], upgrade),
             ok,
             "{path} from a non-browser client"
         );
@@ -91,10 +68,10 @@ fn a_foreign_host_is_refused_and_the_hubs_names_are_served() {
         ("hub.lab.internal".to_string(), true),
     ] {
         for path in ["/api/runs", "/"] {
-            let got = status(&addr, path, &[("Host", &host)], false);
+            let got = http_status(&addr, path, &[("Host", &host)], false);
             assert_eq!(got == 200, ok, "Host {host} on {path}: {got}");
         }
-        let ws = status(&addr, "/ws/viewer", &[("Host", &host)], true);
+        let ws = http_status(&addr, "/ws/viewer", &[("Host", &host)], true);
         assert_eq!(ws == 101, ok, "Host {host} on the viewer socket: {ws}");
     }
 }
@@ -123,19 +100,22 @@ fn percent_encoded_tokens_work_in_the_query_and_on_the_viewer_socket() {
     let encoded = "q%2BZx%2F8Ab%3D%3D";
     let host = ("Host", addr.as_str());
     assert_eq!(
-        status(&addr, &format!("/api/runs?token={encoded}"), &[host], false),
+        http_status(&addr, &format!("/api/runs?token={encoded}"), &[host], false),
         200
     );
     assert_eq!(
-        status(&addr, &format!("/ws/viewer?token={encoded}"), &[host], true),
+        http_status(&addr, &format!("/ws/viewer?token={encoded}"), &[host], true),
         101
     );
     // Decoded, `+` is a space: the raw token in a URL is a different token.
     assert_eq!(
-        status(&addr, &format!("/api/runs?token={token}"), &[host], false),
+        http_status(&addr, &format!("/api/runs?token={token}"), &[host], false),
         401
     );
-    assert_eq!(status(&addr, "/api/runs?token=wrong", &[host], false), 401);
+    assert_eq!(
+        http_status(&addr, "/api/runs?token=wrong", &[host], false),
+        401
+    );
 }
 
 #[test]
@@ -270,9 +250,9 @@ fn tokens_can_come_from_files_and_stay_out_of_the_command_line() {
     assert!(run.finish(Outcome::Finished).delivered);
     let addr = hub.addr();
     let host = ("Host", addr.as_str());
-    assert_eq!(status(&addr, "/api/runs", &[host], false), 401);
+    assert_eq!(http_status(&addr, "/api/runs", &[host], false), 401);
     assert_eq!(
-        status(&addr, "/api/runs?token=file-read-token", &[host], false),
+        http_status(&addr, "/api/runs?token=file-read-token", &[host], false),
         200
     );
     // What `ps` shows of the hub holds no token.

@@ -459,3 +459,26 @@ pub fn append(path: &Path, text: &str) {
     f.write_all(text.as_bytes()).unwrap();
     f.flush().unwrap();
 }
+
+/// The status code of a GET with exactly these headers (a WebSocket upgrade when `upgrade`).
+pub fn http_status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bool) -> u16 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if upgrade {
+        req.push_str(
+            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        );
+    } else {
+        req.push_str("Connection: close\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
+}

@@ -93,3 +93,23 @@ def make_hub(tmp_path):
 @pytest.fixture
 def hub(make_hub):
     return make_hub()
+
+
+def make_pki(tmp_path):
+    """A private CA and a server certificate for 127.0.0.1 signed by it (and the server's key),
+    made with the openssl CLI: ``(ca.pem, cert.pem, key.pem)``. A self-signed CA certificate
+    cannot serve as the server's own: rustls refuses a CA used as an end entity."""
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", "ca.key",
+            "-out", "ca.pem", "-subj", "/CN=stepstream test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "leaf.csr",
+            "-subj", "/CN=127.0.0.1")
+    (tmp_path / "leaf.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "cert.pem", "-days", "1", "-extfile", "leaf.ext")
+    return tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"

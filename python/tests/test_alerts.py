@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import stepstream
-from conftest import free_port
+from conftest import free_port, make_pki
 
 aiosmtpd = pytest.importorskip("aiosmtpd")  # scripts/test installs it
 from aiosmtpd.controller import Controller  # noqa: E402
@@ -155,27 +155,6 @@ to = ["oncall@lab.test"]
         smtp.stop()
 
 
-def _certificate(tmp_path):
-    """A private CA and a server certificate for 127.0.0.1 signed by it (and the server's key),
-    made with the openssl CLI. A self-signed CA certificate cannot serve as the server's own:
-    rustls refuses a CA used as an end entity."""
-    import subprocess
-
-    def openssl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
-
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", "ca.key",
-            "-out", "ca.pem", "-subj", "/CN=stepstream test CA")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "leaf.csr",
-            "-subj", "/CN=127.0.0.1")
-    (tmp_path / "leaf.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
-        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "cert.pem", "-days", "1", "-extfile", "leaf.ext")
-    return tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
-
-
 def test_mail_over_starttls_and_implicit_tls_with_a_hostile_chinese_run_name(make_hub, tmp_path):
     """STARTTLS (AUTH only after it) and implicit TLS, to real aiosmtpd servers with a private
     CA; a run name holding CRLF and Chinese arrives as one encoded subject, no header added."""
@@ -185,7 +164,7 @@ def test_mail_over_starttls_and_implicit_tls_with_a_hostile_chinese_run_name(mak
 
     from aiosmtpd.smtp import AuthResult
 
-    ca, cert, key = _certificate(tmp_path)
+    ca, cert, key = make_pki(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(str(cert), str(key))
     logins = []

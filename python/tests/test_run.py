@@ -128,31 +128,22 @@ def test_wss_to_a_hub_with_a_private_ca(make_hub, tmp_path):
     refused by TLS when it does not."""
     import json
     import ssl
-    import subprocess
     import urllib.request
 
-    def openssl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    from conftest import make_pki
 
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", "ca.key",
-            "-out", "ca.pem", "-subj", "/CN=stepstream test CA")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "leaf.csr",
-            "-subj", "/CN=127.0.0.1")
-    (tmp_path / "leaf.ext").write_text(
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
-    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "cert.pem", "-days", "1", "-extfile", "leaf.ext")
-    hub = make_hub("--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"))
+    ca, cert, key = make_pki(tmp_path)
+    hub = make_hub("--tls-cert", str(cert), "--tls-key", str(key))
     url = f"wss://127.0.0.1:{hub.port}"
     run = stepstream.init(hub=url, name="over-tls", archive_dir=None, system_metrics=False,
-                          ca_file=str(tmp_path / "ca.pem"))
+                          ca_file=str(ca))
     for step in range(50):
         run.log({"loss": 1.0 / (step + 1)}, step=step)
     assert run.finish()["delivered"]
     stranger = stepstream.init(hub=url, name="no-ca", archive_dir=None, system_metrics=False)
     stranger.log({"loss": 1.0}, step=0)
     assert not stranger.finish(timeout=2)["delivered"]
-    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    ctx = ssl.create_default_context(cafile=str(ca))
     with urllib.request.urlopen(f"https://127.0.0.1:{hub.port}/api/runs/{run.run_id}/series?metric=loss",
                                 context=ctx, timeout=10) as r:
         assert len(json.loads(r.read())["steps"]) == 50
