@@ -1,0 +1,435 @@
+//! Alert rules, evaluated in the hub on each run's live stream.
+//!
+//! Each rule keeps a little state per run (rolling windows) and says, per record, whether
+//! its condition holds. An alert *fires* when a condition starts holding and *resolves* when
+//! it stops; while it holds nothing new is said (de-duplication), and `cooldown_s` keeps a
+//! flapping condition from firing again and again. Defaults stay quiet on a healthy run with
+//! ordinary noise: rules need a warm-up, compare against robust baselines (median, MAD) and
+//! most need several consecutive steps.
+//!
+//! * `config` — every rule's switches and thresholds (`[rules.*]` in the alerts file).
+//! * `window` — the rolling windows the rules compare against.
+
+mod config;
+mod window;
+
+pub use config::*;
+use std::collections::{HashMap, VecDeque};
+use window::{median, Window};
+
+/// The job a run is one rank of, as the collector sent it: `(project, job)`; `None` for a
+/// lone run (no job identity).
+pub fn job_of(identity: &stepstream_protocol::RunIdentity) -> Option<(String, String)> {
+    (!identity.job.is_empty()).then(|| (identity.project.clone(), identity.job.clone()))
+}
+
+/// What a rule says about one record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    pub rule: &'static str,
+    pub value: f64,
+    pub message: String,
+}
+
+/// A change of an alert's state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Fired {
+        rule: &'static str,
+        step: i64,
+        value: f64,
+        message: String,
+    },
+    Resolved {
+        rule: &'static str,
+        step: i64,
+        message: String,
+    },
+}
+
+/// Per-run rule state.
+#[derive(Default)]
+pub struct RunRules {
+    spike: Window,
+    ema: Option<f64>,
+    ema_history: VecDeque<f64>,
+    diverge_seen: usize,
+    diverging: usize,
+    grad: Window,
+    grad_over: usize,
+    lr_last: Option<(i64, f64)>,
+    lr_peak: f64,
+    lr_decaying: bool,
+    /// A jump from ~0 (step, from, to), confirmed as "no warmup" if the rate then stops rising.
+    lr_jump: Option<(i64, f64, f64)>,
+    throughput: HashMap<String, (Window, usize)>,
+    step_times: Window,
+    slow_steps: usize,
+    waiting_steps: usize,
+    /// Smoothed step time, shared with the other ranks of the job.
+    pub step_time_ema: Option<f64>,
+    step_time_seen: usize,
+    straggling: usize,
+    /// Rules whose condition holds now, and since which step.
+    active: HashMap<&'static str, i64>,
+    /// When each rule last resolved (hub clock), for the cooldown.
+    resolved_at: HashMap<&'static str, f64>,
+    /// The run's config says it warms up.
+    pub expects_warmup: bool,
+}
+
+impl RunRules {
+    pub fn new(config_json: &str) -> RunRules {
+        let expects_warmup = serde_json::from_str::<serde_json::Value>(config_json)
+            .ok()
+            .and_then(|c| {
+                let obj = c.as_object()?.clone();
+                obj.iter()
+                    .find(|(k, _)| k.to_ascii_lowercase().contains("warmup"))
+                    .and_then(|(_, v)| v.as_f64())
+            })
+            .is_some_and(|w| w > 0.0);
+        RunRules {
+            expects_warmup,
+            ..RunRules::default()
+        }
+    }
+
+    /// Conditions that hold at this record.
+    pub fn findings(&mut self, rules: &Rules, step: i64, values: &[(&str, f64)]) -> Vec<Finding> {
+        let get = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        let mut out = Vec::new();
+        if rules.non_finite.enabled {
+            for m in &rules.non_finite.metrics {
+                if let Some(v) = get(m).filter(|v| !v.is_finite()) {
+                    out.push(Finding {
+                        rule: "non_finite",
+                        value: v,
+                        message: format!("{m} is {v} at step {step}"),
+                    });
+                    break;
+                }
+            }
+        }
+        let r = &rules.loss_spike;
+        if let Some(v) = get(&r.metric).filter(|_| r.enabled) {
+            if self.spike.seen >= r.warmup_steps && v.is_finite() {
+                if let Some((m, mad)) = self.spike.stats() {
+                    let mad = mad.max(m.abs() * 1e-3);
+                    if v > m + r.mads * mad && v > r.min_ratio * m {
+                        out.push(Finding {
+                            rule: "loss_spike",
+                            value: v,
+                            message: format!(
+                                "{} {v:.4} at step {step} is far above its recent median {m:.4}",
+                                r.metric
+                            ),
+                        });
+                    }
+                }
+            }
+            self.spike.push(v, r.window);
+        }
+        let r = &rules.divergence;
+        if let Some(v) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+            let alpha = 2.0 / (r.smoothing.max(1) as f64 + 1.0);
+            let ema = self.ema.map_or(v, |e| e + alpha * (v - e));
+            self.ema = Some(ema);
+            self.diverge_seen += 1;
+            self.ema_history.push_back(ema);
+            while self.ema_history.len() > r.lookback.max(1) + 1 {
+                self.ema_history.pop_front();
+            }
+            let before = self.ema_history[0];
+            let up = self.diverge_seen >= r.warmup_steps
+                && self.ema_history.len() > r.lookback
+                && before > 0.0
+                && ema > r.factor * before;
+            self.diverging = if up { self.diverging + 1 } else { 0 };
+            if self.diverging >= r.consecutive {
+                {
+                    out.push(Finding {
+                        rule: "divergence",
+                        value: v,
+                        message: format!(
+                            "{} is trending up: smoothed {ema:.4} vs {before:.4} {} points earlier",
+                            r.metric, r.lookback
+                        ),
+                    });
+                }
+            }
+        }
+        let r = &rules.grad_explosion;
+        if let Some(v) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+            let over = self.grad.seen >= r.warmup_steps
+                && self
+                    .grad
+                    .mean()
+                    .is_some_and(|m| m > 0.0 && v > r.factor * m);
+            self.grad_over = if over { self.grad_over + 1 } else { 0 };
+            if self.grad_over >= r.consecutive {
+                let mean = self.grad.mean().unwrap_or(0.0);
+                out.push(Finding {
+                    rule: "grad_explosion",
+                    value: v,
+                    message: format!(
+                        "{} {v:.4} has been above {:.0}x its rolling mean ({mean:.4}) for {} steps",
+                        r.metric, r.factor, self.grad_over
+                    ),
+                });
+            }
+            // Exploded values stay out of the baseline they are judged against.
+            if !over {
+                self.grad.push(v, r.window);
+            }
+        }
+        let r = &rules.lr_schedule;
+        if let Some(lr) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+            if let Some(f) = self.lr_finding(r, step, lr) {
+                out.push(f);
+            }
+        }
+        let r = &rules.throughput;
+        if r.enabled {
+            for m in &r.metrics {
+                let Some(v) = get(m).filter(|v| v.is_finite()) else {
+                    continue;
+                };
+                let (w, low) = self.throughput.entry(m.clone()).or_default();
+                let is_low =
+                    w.seen >= r.warmup_steps && w.median().is_some_and(|med| v < r.fraction * med);
+                *low = if is_low { *low + 1 } else { 0 };
+                if *low >= r.consecutive {
+                    out.push(Finding {
+                        rule: "throughput_drop",
+                        value: v,
+                        message: format!(
+                            "{m} {v:.1} is below {:.0}% of its recent median {:.1}",
+                            r.fraction * 100.0,
+                            w.median().unwrap_or(0.0)
+                        ),
+                    });
+                }
+                if !is_low {
+                    w.push(v, r.window);
+                }
+            }
+        }
+        let r = &rules.stalled_data;
+        if let Some(t) = get(&r.step_time).filter(|v| r.enabled && v.is_finite() && *v > 0.0) {
+            let slow = self.step_times.seen >= r.warmup_steps
+                && self.step_times.median().is_some_and(|m| t > r.factor * m);
+            self.slow_steps = if slow { self.slow_steps + 1 } else { 0 };
+            let waiting = get(&r.data_wait).is_some_and(|w| w > r.wait_fraction * t);
+            self.waiting_steps = if waiting { self.waiting_steps + 1 } else { 0 };
+            if self.slow_steps >= r.consecutive || self.waiting_steps >= r.consecutive {
+                let why = if self.waiting_steps >= r.consecutive {
+                    "waiting for data takes most of the step".to_string()
+                } else {
+                    format!(
+                        "step time {t:.3} s is {:.0}x its recent median",
+                        t / self.step_times.median().unwrap_or(t)
+                    )
+                };
+                out.push(Finding {
+                    rule: "stalled_data",
+                    value: t,
+                    message: format!("data pipeline stalled at step {step}: {why}"),
+                });
+            }
+            if !slow {
+                self.step_times.push(t, r.window);
+            }
+        }
+        if rules.memory.enabled {
+            for (name, used) in values.iter().filter(|(n, _)| n.ends_with("/mem_used_gb")) {
+                let prefix = name.trim_end_matches("/mem_used_gb");
+                let total = get(&format!("{prefix}/mem_total_gb"));
+                if let Some(total) = total.filter(|t| *t > 0.0) {
+                    if *used > rules.memory.fraction * total {
+                        out.push(Finding {
+                            rule: "memory",
+                            value: *used,
+                            message: format!("{prefix} memory {used:.1} of {total:.1} GB in use"),
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Updates this rank's smoothed step time and compares it with the other ranks'.
+    pub fn straggler(
+        &mut self,
+        rules: &Rules,
+        values: &[(&str, f64)],
+        others: &[f64],
+    ) -> Option<Finding> {
+        let r = &rules.straggler;
+        let t = values
+            .iter()
+            .find(|(n, _)| *n == r.metric)
+            .map(|(_, v)| *v)?;
+        if !r.enabled || !t.is_finite() {
+            return None;
+        }
+        self.step_time_seen += 1;
+        let ema = self.step_time_ema.map_or(t, |e| e + 0.1 * (t - e));
+        self.step_time_ema = Some(ema);
+        let median = median(others.iter().copied())?;
+        let slow = self.step_time_seen >= r.warmup_steps && median > 0.0 && ema > r.factor * median;
+        self.straggling = if slow { self.straggling + 1 } else { 0 };
+        (self.straggling >= r.consecutive).then(|| Finding {
+            rule: "straggler",
+            value: ema,
+            message: format!(
+                "this rank's {} ({ema:.3} s) is {:.1}x the other ranks' median ({median:.3} s)",
+                r.metric,
+                ema / median
+            ),
+        })
+    }
+
+    fn lr_finding(&mut self, r: &LrSchedule, step: i64, lr: f64) -> Option<Finding> {
+        let previous = self.lr_last.replace((step, lr));
+        let finding = |message: String| {
+            Some(Finding {
+                rule: "lr_schedule",
+                value: lr,
+                message,
+            })
+        };
+        let Some((prev_step, prev)) = previous else {
+            self.lr_peak = lr;
+            return None;
+        };
+        let peak_before = self.lr_peak;
+        self.lr_peak = self.lr_peak.max(lr);
+        if step <= prev_step && lr > r.reset_factor * prev && prev > 0.0 {
+            return finding(format!(
+                "learning rate reset to {lr:.3e} at step {step} after a resume (was {prev:.3e} at step {prev_step})"
+            ));
+        }
+        if prev_step <= 1
+            && self.expects_warmup
+            && prev > 0.0
+            && lr <= prev * 1.0001
+            && lr >= peak_before
+        {
+            // The first two steps already at the top although the config warms up.
+            return finding(format!(
+                "no warmup: the learning rate starts at its peak {prev:.3e} though the config asks for warmup"
+            ));
+        }
+        if let Some((at, from, to)) = self.lr_jump.take() {
+            // A warmup that starts at 0 also jumps by a large factor at first, but keeps
+            // rising; a missing warmup lands on the peak and stays there.
+            if lr <= to * (1.0 + r.rise_tolerance) {
+                return finding(format!(
+                    "no warmup: the learning rate jumped from {from:.3e} to {to:.3e} in one step (step {at})"
+                ));
+            }
+        }
+        if prev <= lr / r.jump_factor && step - prev_step == 1 && prev_step < 10 {
+            self.lr_jump = Some((step, prev, lr));
+        }
+        if lr < prev * (1.0 - 1e-9) {
+            self.lr_decaying = true;
+        } else if self.lr_decaying && lr > prev * (1.0 + r.rise_tolerance) && step > prev_step {
+            return finding(format!(
+                "learning rate rose from {prev:.3e} to {lr:.3e} during decay (step {step})"
+            ));
+        }
+        None
+    }
+
+    /// Turns this record's findings into fired/resolved events, with de-duplication and the
+    /// cooldown. `now` is the hub's clock.
+    pub fn events(
+        &mut self,
+        rules: &Rules,
+        step: i64,
+        findings: Vec<Finding>,
+        now: f64,
+    ) -> Vec<Event> {
+        let mut events = Vec::new();
+        let holding: Vec<&'static str> = findings.iter().map(|f| f.rule).collect();
+        for f in findings {
+            if self.active.contains_key(f.rule) {
+                continue;
+            }
+            if self
+                .resolved_at
+                .get(f.rule)
+                .is_some_and(|t| now - t < rules.cooldown_s)
+            {
+                continue;
+            }
+            self.active.insert(f.rule, step);
+            events.push(Event::Fired {
+                rule: f.rule,
+                step,
+                value: f.value,
+                message: f.message,
+            });
+        }
+        // Rules judged on a single record (non-finite, spikes) resolve on the next record
+        // where they no longer hold; the state-based ones likewise.
+        let ended: Vec<&'static str> = self
+            .active
+            .keys()
+            .copied()
+            .filter(|rule| !holding.contains(rule) && *rule != "stale")
+            .collect();
+        for rule in ended {
+            let since = self.active.remove(rule).unwrap_or(step);
+            self.resolved_at.insert(rule, now);
+            events.push(Event::Resolved {
+                rule,
+                step,
+                message: format!("{rule} cleared at step {step} (fired at step {since})"),
+            });
+        }
+        events
+    }
+
+    /// The stale rule is judged by the hub's status clock, not by records.
+    pub fn stale(
+        &mut self,
+        rules: &Rules,
+        stale: bool,
+        step: i64,
+        message: &str,
+        now: f64,
+    ) -> Option<Event> {
+        if !rules.stale.enabled {
+            return None;
+        }
+        match (stale, self.active.contains_key("stale")) {
+            (true, false) => {
+                self.active.insert("stale", step);
+                Some(Event::Fired {
+                    rule: "stale",
+                    step,
+                    value: 0.0,
+                    message: message.to_string(),
+                })
+            }
+            (false, true) => {
+                self.active.remove("stale");
+                self.resolved_at.insert("stale", now);
+                Some(Event::Resolved {
+                    rule: "stale",
+                    step,
+                    message: "the run is sending again".to_string(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
