@@ -247,18 +247,9 @@ fn draw_chart(
         let _ = canvas.set_attribute(k, &v);
     };
     let g = drawn.geometry;
-    set(
-        "data-points",
-        lines.iter().map(|l| l.received).sum::<u64>().to_string(),
-    );
-    set(
-        "data-out-of-order",
-        lines
-            .iter()
-            .map(|l| l.out_of_order)
-            .sum::<u64>()
-            .to_string(),
-    );
+    let total = |f: fn(&lines::LineData<'_>) -> u64| lines.iter().map(f).sum::<u64>().to_string();
+    set("data-points", total(|l| l.received));
+    set("data-out-of-order", total(|l| l.out_of_order));
     set("data-drawn", drawn.drawn.to_string());
     set(
         "data-last-step",
@@ -267,14 +258,7 @@ fn draw_chart(
     set("data-markers", drawn.markers.to_string());
     set("data-clipped", drawn.clipped.to_string());
     set("data-non-finite", drawn.non_finite.to_string());
-    set(
-        "data-detail",
-        lines
-            .iter()
-            .map(|l| l.detail_points)
-            .sum::<usize>()
-            .to_string(),
-    );
+    set("data-detail", total(|l| l.detail_points as u64));
     set("data-plot-left", g.left.to_string());
     set("data-plot-right", g.right.to_string());
     set("data-plot-top", g.top.to_string());

@@ -158,12 +158,11 @@ pub fn steps_in(axis: Axis, s: &Series, started: f64, (x0, x1): (f64, f64)) -> O
     match axis {
         Axis::Step => Some((x0.floor() as i64, x1.ceil() as i64)),
         _ => {
-            let xs: Vec<f64> = s.times.iter().map(|&t| axis.x(0, t, started)).collect();
-            if xs.is_empty() {
-                return None;
-            }
-            let a = xs.partition_point(|&x| x < x0).saturating_sub(1);
-            let b = xs.partition_point(|&x| x <= x1).min(xs.len() - 1);
+            // Searched in place: this runs every frame while zoomed, on every line.
+            let x = |t: f64| axis.x(0, t, started);
+            let last = s.times.len().checked_sub(1)?;
+            let a = s.times.partition_point(|&t| x(t) < x0).saturating_sub(1);
+            let b = s.times.partition_point(|&t| x(t) <= x1).min(last);
             Some((s.steps[a], s.steps[b.max(a)]))
         }
     }

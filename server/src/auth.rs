@@ -162,7 +162,7 @@ impl Auth {
 
     pub fn may_write(&self, token: Option<&str>, project: &str) -> bool {
         self.write_scope(token)
-            .is_some_and(|s| matches!(s, Scope::All) || s.allows(project, ""))
+            .is_some_and(|s| s.allows(project, ""))
     }
 }
 

@@ -80,7 +80,7 @@ impl Guard {
         };
         let host = host.to_ascii_lowercase();
         let (name, port) = split_host(&host);
-        let port_ok = port.unwrap_or(80) == bound.port() || port.is_none();
+        let port_ok = port.is_none_or(|p| p == bound.port());
         if self.hosts.iter().any(|h| {
             let (n, p) = split_host(h);
             n == name && p.is_none_or(|p| Some(p) == port)
