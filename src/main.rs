@@ -115,6 +115,11 @@ struct ServeArgs {
     /// any other origin are refused (cross-site WebSocket hijacking).
     #[arg(long, env = "STEPSTREAM_ALLOW_ORIGINS", value_delimiter = ',')]
     allow_origin: Vec<String>,
+    /// A limit, NAME=VALUE (repeatable): record_values, run_metrics, name_bytes,
+    /// config_bytes, batch_records, runs, runs_per_project, connections_per_addr,
+    /// viewer_budget. See the README for the defaults.
+    #[arg(long = "limit", value_name = "NAME=VALUE")]
+    limits: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -185,16 +190,29 @@ fn token(given: Option<String>, file: Option<&std::path::Path>) -> Result<Option
     Ok(token.filter(|t| !t.is_empty()))
 }
 
+/// A positive, finite number of seconds (a year at most) as a duration.
+fn seconds(flag: &str, value: f64) -> Result<Duration> {
+    if !(value > 0.0 && value <= 365.0 * 86_400.0) {
+        bail!("{flag} must be a number of seconds above 0 and at most a year, not {value}");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
 fn serve(args: ServeArgs) -> Result<()> {
-    if args.stale_after <= 0.0 {
-        bail!("--stale-after must be positive");
+    let mut limits = stepstream_server::limits::HubLimits::default();
+    for spec in &args.limits {
+        limits.set(spec).map_err(anyhow::Error::msg)?;
     }
     let settings = Settings {
         bind: args.bind,
         db: args.db,
         policy: StatusPolicy {
-            stale_after: Duration::from_secs_f64(args.stale_after),
-            fail_after: (args.fail_after > 0.0).then(|| Duration::from_secs_f64(args.fail_after)),
+            stale_after: seconds("--stale-after", args.stale_after)?,
+            fail_after: if args.fail_after == 0.0 {
+                None
+            } else {
+                Some(seconds("--fail-after", args.fail_after)?)
+            },
         },
         auth: Auth {
             write: token(args.write_token, args.write_token_file.as_deref())?,
@@ -214,6 +232,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
+        limits,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(stepstream_server::TlsFiles { cert, key }),
             _ => None,
@@ -267,6 +286,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
         tls: None,
+        limits: Default::default(),
     };
     let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let running = rt
@@ -294,13 +314,15 @@ fn run_demo(args: DemoArgs) -> Result<()> {
     })
 }
 
-/// A run id from the file's absolute path, so the same file always maps to the same run.
-fn run_id_for(path: &std::path::Path) -> Result<RunId> {
+/// A run id from the host and the file's absolute path, so the same file always maps to the
+/// same run, and two containers tailing the same path (`/workspace/metrics.csv`) do not.
+fn run_id_for(path: &std::path::Path, host: &str) -> Result<RunId> {
     let abs =
         std::fs::canonicalize(path).with_context(|| format!("cannot open {}", path.display()))?;
     // FNV-1a: stable across builds and platforms, unlike std's hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in abs.to_string_lossy().bytes() {
+    let key = format!("{host}\n{}", abs.to_string_lossy());
+    for b in key.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     let stem: String = path
@@ -323,7 +345,7 @@ fn run_id_for(path: &std::path::Path) -> Result<RunId> {
 fn tail_file(args: TailArgs) -> Result<()> {
     let run_id = match &args.run_id {
         Some(id) => RunId::new(id.clone())?,
-        None => run_id_for(&args.file)?,
+        None => run_id_for(&args.file, &stepstream_collector::hostname())?,
     };
     let config_json = match &args.config {
         Some(p) => std::fs::read_to_string(p)

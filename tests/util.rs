@@ -446,6 +446,8 @@ pub fn hello(run_id: &str, token: Option<&str>) -> ToHub {
         protocol: codec::VERSION,
         token: token.map(String::from),
         run: identity(run_id, run_id),
+        writer: 7,
+        acked_through: 0,
     })
 }
 

@@ -17,6 +17,7 @@
 //! stored, so every record arrives exactly once.
 
 pub mod archive;
+mod ids;
 mod sender;
 mod spool;
 pub mod system;
@@ -149,6 +150,11 @@ pub struct Report {
     pub acked: u64,
     /// Records still not acknowledged when `finish` gave up.
     pub unacked: u64,
+    /// Values the hub's limits refused (a metric name too long, too many metrics).
+    pub refused: u64,
+    /// Records lost after `log` took them: a damaged spool file. Never silently: each loss
+    /// is logged and in [`Collector::last_error`].
+    pub lost: u64,
 }
 
 /// Counters shared by the caller and the sender thread.
@@ -158,6 +164,8 @@ pub(crate) struct Stats {
     pub dropped: AtomicU64,
     pub acked: AtomicU64,
     pub unacked: AtomicU64,
+    pub refused: AtomicU64,
+    pub lost: AtomicU64,
     pub connected: AtomicBool,
     pub reconnects: AtomicU64,
     pub last_error: Mutex<Option<String>>,
@@ -200,7 +208,8 @@ pub fn new_run_id() -> RunId {
     RunId::new(format!("{stamp}-{:08x}", h.finish() as u32)).expect("generated ids are valid")
 }
 
-fn hostname() -> String {
+/// This machine's name, as runs report it.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
@@ -383,6 +392,13 @@ impl Collector {
                 values.push((id, value));
             }
         }
+        if values.len() > 1 {
+            // A name given twice in one call: one value per metric, the last one winning
+            // (the hub refuses a record that carries a metric twice).
+            values.reverse();
+            values.sort_by_key(|&(id, _)| id);
+            values.dedup_by_key(|&mut (id, _)| id);
+        }
         let record = StepRecord {
             step,
             wall_time,
@@ -435,6 +451,8 @@ impl Collector {
             dropped: self.stats.dropped.load(Ordering::Relaxed),
             acked: self.stats.acked.load(Ordering::Relaxed),
             unacked: self.stats.unacked.load(Ordering::Relaxed),
+            refused: self.stats.refused.load(Ordering::Relaxed),
+            lost: self.stats.lost.load(Ordering::Relaxed),
         }
     }
 
@@ -448,33 +466,45 @@ impl Collector {
         self.end_within(outcome, self.finish_timeout)
     }
 
+    /// Waits at most `timeout` in every state: a full queue, a sender stuck on an
+    /// unreachable hub, a sender that never started. An unrepresentable timeout (`inf`)
+    /// waits as long as it takes.
     fn end_within(&self, outcome: Outcome, timeout: Duration) -> Report {
         let Some(thread) = self.thread.lock().ok().and_then(|mut t| t.take()) else {
             return self.report(false);
         };
-        let (reply, answer) = oneshot::channel();
-        let delivered = match self
-            .queue
-            .blocking_send(Command::Finish(outcome.into(), reply))
-        {
-            Ok(()) => {
-                let deadline = std::time::Instant::now() + timeout;
-                let mut answer = answer;
-                loop {
-                    match answer.try_recv() {
-                        Ok(d) => break d,
-                        Err(oneshot::error::TryRecvError::Closed) => break false,
-                        Err(oneshot::error::TryRecvError::Empty) => {
-                            if std::time::Instant::now() >= deadline {
-                                break false;
-                            }
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        let expired = || deadline.is_some_and(|d| std::time::Instant::now() >= d);
+        let (reply, mut answer) = oneshot::channel();
+        let mut finish = Command::Finish(outcome.into(), reply);
+        // The queue may be full (the sender is behind or stuck): retry until the deadline
+        // rather than block on it.
+        let queued = loop {
+            match self.queue.try_send(finish) {
+                Ok(()) => break true,
+                Err(mpsc::error::TrySendError::Closed(_)) => break false,
+                Err(mpsc::error::TrySendError::Full(again)) => {
+                    if expired() {
+                        break false;
                     }
+                    finish = again;
+                    std::thread::sleep(Duration::from_millis(5));
                 }
             }
-            Err(_) => false,
         };
+        let delivered = queued
+            && loop {
+                match answer.try_recv() {
+                    Ok(d) => break d,
+                    Err(oneshot::error::TryRecvError::Closed) => break false,
+                    Err(oneshot::error::TryRecvError::Empty) => {
+                        if expired() {
+                            break false;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            };
         if delivered {
             let _ = thread.join();
         }

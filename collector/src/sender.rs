@@ -5,6 +5,7 @@
 //! any failure the connection is dropped and rebuilt with exponential backoff; the hub's
 //! `Welcome` says which batches it already stored, and the rest are resent in order.
 
+use crate::ids::MetricTable;
 use crate::{Command, Options, Stats};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
@@ -12,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_protocol::{
-    codec, unix_now, Batch, DefineMetrics, Finish, FinishStatus, FromHub, Heartbeat, Hello,
-    MetricDef, RunIdentity, StepRecord, ToHub, Welcome,
+    codec, limits, unix_now, Batch, DefineMetrics, Finish, FinishStatus, FromHub, Heartbeat, Hello,
+    RunIdentity, StepRecord, ToHub, Welcome,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, timeout, Instant};
@@ -35,11 +36,13 @@ pub(crate) struct Sender {
     options: Options,
     identity: RunIdentity,
     stats: Arc<Stats>,
-    /// Every metric defined so far (resent on each connection).
-    defs: Vec<MetricDef>,
-    /// Defined since the connection started, not yet sent.
-    new_defs: Vec<MetricDef>,
+    /// Every metric defined so far, and the ids the connected hub knows them by.
+    metrics: MetricTable,
     building: Vec<StepRecord>,
+    /// Encoded size of `building`, at most (see [`limits::record_bytes`]).
+    building_bytes: usize,
+    /// Random per process: the hub tells this writer from a second one on the same run.
+    writer: u64,
     pending: VecDeque<Batch>,
     next_seq: u64,
     /// Every batch up to this one is acknowledged; what is held starts right after it.
@@ -62,7 +65,27 @@ pub(crate) struct Sender {
 
 enum Ended {
     Done,
-    Lost { error: String, was_welcomed: bool },
+    /// The connection ended; `progressed` when the hub acknowledged something on it (then
+    /// the next attempt comes soon; otherwise the backoff grows, so a hub that refuses
+    /// every attempt, full disk or wrong token, is not hammered).
+    Lost {
+        error: String,
+        progressed: bool,
+    },
+}
+
+/// A random writer id: the time and the process mixed by std's randomly keyed hasher.
+fn writer_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 type Ws =
@@ -82,9 +105,10 @@ impl Sender {
             options,
             identity,
             stats,
-            defs: Vec::new(),
-            new_defs: Vec::new(),
+            metrics: MetricTable::default(),
             building: Vec::new(),
+            building_bytes: 0,
+            writer: writer_id(),
             pending: VecDeque::new(),
             next_seq: 1,
             acked_seq: 0,
@@ -126,20 +150,21 @@ impl Sender {
 
     fn take(&mut self, cmd: Option<Command>) {
         match cmd {
-            Some(Command::Define(def)) => {
-                self.defs.push(def.clone());
-                self.new_defs.push(def);
-            }
+            Some(Command::Define(def)) => self.metrics.push(def),
             Some(Command::Record(r, archive)) => {
                 if archive {
                     self.archive_row(&r);
                 }
+                self.building_bytes += limits::record_bytes(r.values.len());
                 self.building.push(r);
                 self.buffered += 1;
                 self.in_memory += 1;
                 let batch = self.options.max_batch.max(1);
                 let over = self.in_memory > self.options.memory_records;
-                if self.building.len() >= batch || (over && self.building.len() >= batch.min(64)) {
+                if self.building.len() >= batch
+                    || self.building_bytes >= limits::BATCH_BYTES
+                    || (over && self.building.len() >= batch.min(64))
+                {
                     self.seal();
                 }
             }
@@ -168,7 +193,7 @@ impl Sender {
         let values: Vec<(&str, f64)> = r
             .values
             .iter()
-            .filter_map(|&(id, v)| Some((self.defs.get(id.0 as usize)?.name.as_str(), v)))
+            .filter_map(|&(id, v)| Some((self.metrics.name(id)?, v)))
             .collect();
         if let Err(e) = archive.row(r.step, r.wall_time, &values) {
             // A full disk must not stop training: say so once and stop archiving.
@@ -200,13 +225,29 @@ impl Sender {
         }
     }
 
-    /// Seals `building` into batches of at most `max_batch` records, kept in memory while
-    /// they fit `memory_records`, spooled to disk after (in order: once anything is spooled,
-    /// later batches follow it there until it drains).
+    /// Seals `building` into batches of at most `max_batch` records and
+    /// [`limits::BATCH_BYTES`] encoded, kept in memory while they fit `memory_records`,
+    /// spooled to disk after (in order: once anything is spooled, later batches follow it
+    /// there until it drains, so `pending` only ever holds batches older than the spool's).
     fn seal(&mut self) {
         while !self.building.is_empty() {
-            let n = self.building.len().min(self.options.max_batch.max(1));
+            let most = self.options.max_batch.max(1).min(self.building.len());
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < most {
+                bytes += limits::record_bytes(self.building[n].values.len());
+                if n > 0 && bytes > limits::BATCH_BYTES {
+                    break;
+                }
+                n += 1;
+            }
             let records: Vec<StepRecord> = self.building.drain(..n).collect();
+            self.building_bytes = self.building_bytes.saturating_sub(
+                records
+                    .iter()
+                    .map(|r| limits::record_bytes(r.values.len()))
+                    .sum(),
+            );
             let batch = Batch {
                 seq: self.next_seq,
                 records,
@@ -214,22 +255,74 @@ impl Sender {
             self.next_seq += 1;
             let spooling = self.spool.as_ref().is_some_and(|s| !s.is_empty())
                 || self.in_memory > self.options.memory_records;
-            if spooling && !self.spool_failed {
-                match self.spool_push(batch) {
-                    Ok(()) => {
-                        self.in_memory -= n;
-                        continue;
-                    }
-                    Err((batch, e)) => {
-                        tracing::error!(error = %e, "stepstream: cannot spool; keeping records in memory");
-                        self.spool_failed = true;
-                        self.pending.push_back(batch);
-                    }
-                }
-            } else {
+            if !spooling || self.spool_failed {
                 self.pending.push_back(batch);
+                continue;
+            }
+            match self.spool_push(batch) {
+                Ok(()) => self.in_memory -= n,
+                Err((mut batch, e)) => {
+                    tracing::error!(error = %e, "stepstream: cannot spool; keeping records in memory");
+                    self.note_error(format!("spool: {e}"));
+                    self.spool_failed = true;
+                    // What is spooled comes back to memory first, so batches stay in order.
+                    self.unspool();
+                    batch.seq = self.next_seq - 1;
+                    self.pending.push_back(batch);
+                }
             }
         }
+        if self.building.is_empty() {
+            self.building_bytes = 0;
+        }
+    }
+
+    fn note_error(&self, error: String) {
+        if let Ok(mut last) = self.stats.last_error.lock() {
+            *last = Some(error);
+        }
+    }
+
+    /// Reads the whole spool back into memory and drops it.
+    fn unspool(&mut self) {
+        while let Some(spool) = self.spool.as_mut() {
+            match spool.pop() {
+                Ok(Some(b)) => {
+                    self.in_memory += b.records.len();
+                    self.pending.push_back(b);
+                }
+                Ok(None) => {
+                    self.spool = None;
+                }
+                Err(e) => self.spool_lost(&e),
+            }
+        }
+    }
+
+    /// The spool cannot be read: what it held is lost. Count it, say so, and number what
+    /// follows right after what precedes it, so the hub sees no gap (a gap would be refused,
+    /// and the sender would retry forever).
+    fn spool_lost(&mut self, e: &std::io::Error) {
+        let Some(spool) = self.spool.take() else {
+            return;
+        };
+        let lost = spool.entries();
+        let batches = lost.len() as u64;
+        let records: usize = lost.iter().map(|&(_, n)| n).sum();
+        let first = lost.first().map_or(self.next_seq, |&(seq, _)| seq);
+        for b in self.pending.iter_mut().filter(|b| b.seq > first) {
+            b.seq -= batches;
+        }
+        self.next_seq -= batches;
+        self.buffered -= records;
+        self.spool_failed = true;
+        self.stats.lost.fetch_add(records as u64, Ordering::Relaxed);
+        let text = format!(
+            "spool {} unreadable ({e}): {records} records in {batches} batches lost",
+            spool.path().display()
+        );
+        tracing::error!("stepstream: {text}");
+        self.note_error(text);
     }
 
     fn spool_push(&mut self, batch: Batch) -> Result<(), (Batch, std::io::Error)> {
@@ -238,11 +331,10 @@ impl Sender {
                 .options
                 .spool_dir
                 .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("stepstream-spool"));
-            let path = dir.join(format!("{}.spool", self.identity.run_id));
-            match crate::spool::Spool::create(&path) {
+                .unwrap_or_else(crate::spool::default_dir);
+            match crate::spool::Spool::create(&dir, self.identity.run_id.as_str()) {
                 Ok(s) => {
-                    tracing::info!(path = %path.display(), "stepstream: memory budget reached; spooling to disk");
+                    tracing::info!(path = %s.path().display(), "stepstream: memory budget reached; spooling to disk");
                     self.spool = Some(s);
                 }
                 Err(e) => return Err((batch, e)),
@@ -267,8 +359,7 @@ impl Sender {
                 }
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::error!(error = %e, "stepstream: spool unreadable");
-                    self.spool = None;
+                    self.spool_lost(&e);
                     return;
                 }
             }
@@ -292,9 +383,20 @@ impl Sender {
     }
 
     fn welcome(&mut self, w: &Welcome) {
-        if !self.welcomed && w.last_seq > 0 {
-            // A new process continuing a stored run: number our batches after the hub's.
-            // What we hold is contiguous from `acked_seq + 1`, in memory then in the spool.
+        // A new process continuing a stored run numbers its batches after the hub's; so does
+        // one whose hub lost batches it had acknowledged (a restored database). What is held
+        // is contiguous from `acked_seq + 1`, in memory then in the spool.
+        let behind = self.welcomed && w.last_seq < self.acked_seq;
+        if (!self.welcomed && w.last_seq > 0) || behind {
+            if behind {
+                let text = format!(
+                    "the hub has this run's batches only through {} though it acknowledged {}: \
+                     the hub lost data (restored database?); continuing after {}",
+                    w.last_seq, self.acked_seq, w.last_seq
+                );
+                tracing::error!("stepstream: {text}");
+                self.note_error(text);
+            }
             self.seal();
             let first = self.acked_seq + 1;
             let shift = (w.last_seq + 1) as i64 - first as i64;
@@ -310,8 +412,32 @@ impl Sender {
             self.acked_through(w.last_seq);
         }
         self.welcomed = true;
+        self.metrics.welcome(w);
         if let Ok(mut slot) = self.stats.welcome.lock() {
             slot.get_or_insert(w.last_step);
+        }
+    }
+
+    /// A held batch as the connected hub reads it (its metric ids, within its limits).
+    fn wire(&self, b: &Batch) -> Batch {
+        let mut refused = 0;
+        let records = b
+            .records
+            .iter()
+            .map(|r| {
+                let (r, n) = self.metrics.translate(r);
+                refused += n;
+                r
+            })
+            .collect();
+        if refused > 0 {
+            self.stats
+                .refused
+                .fetch_add(refused as u64, Ordering::Relaxed);
+        }
+        Batch {
+            seq: b.seq,
+            records,
         }
     }
 
@@ -320,17 +446,14 @@ impl Sender {
         loop {
             match self.connection(&mut commands).await {
                 Ended::Done => return,
-                Ended::Lost {
-                    error,
-                    was_welcomed,
-                } => {
+                Ended::Lost { error, progressed } => {
                     self.stats.connected.store(false, Ordering::Relaxed);
                     self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%error, "stepstream hub connection lost; retrying");
                     if let Ok(mut e) = self.stats.last_error.lock() {
                         *e = Some(error);
                     }
-                    if was_welcomed {
+                    if progressed {
                         backoff = Duration::from_millis(100);
                     }
                 }
@@ -352,10 +475,9 @@ impl Sender {
     }
 
     async fn connection(&mut self, commands: &mut mpsc::Receiver<Command>) -> Ended {
-        let lost = |error: String, was_welcomed: bool| Ended::Lost {
-            error,
-            was_welcomed,
-        };
+        // Whether the hub acknowledged anything on this connection.
+        let mut progressed = false;
+        let lost = |error: String, progressed: bool| Ended::Lost { error, progressed };
         let connect = tokio_tungstenite::connect_async_tls_with_config(
             &self.url,
             None,
@@ -372,6 +494,8 @@ impl Sender {
             protocol: codec::VERSION,
             token: self.options.token.clone(),
             run: self.identity.clone(),
+            writer: self.writer,
+            acked_through: if self.welcomed { self.acked_seq } else { 0 },
         });
         if let Err(e) = sink.send(binary(hello)).await {
             return lost(e.to_string(), false);
@@ -380,21 +504,17 @@ impl Sender {
             Err(_) => return lost("no welcome from the hub".into(), false),
             Ok(Err(e)) => return lost(e, false),
             Ok(Ok(FromHub::Welcome(w))) => w,
+            Ok(Ok(FromHub::HubError(e))) => {
+                let text = format!("the hub refused the run ({:?}): {}", e.code, e.message);
+                tracing::warn!("stepstream: {text}");
+                return lost(text, false);
+            }
             Ok(Ok(other)) => return lost(format!("expected Welcome, got {}", other.name()), false),
         };
         self.welcome(&welcome);
         self.stats.connected.store(true, Ordering::Relaxed);
         tracing::debug!(run = %self.identity.run_id, last_seq = welcome.last_seq, "connected to the hub");
 
-        self.new_defs.clear();
-        if !self.defs.is_empty() {
-            let defs = ToHub::DefineMetrics(DefineMetrics {
-                metrics: self.defs.clone(),
-            });
-            if let Err(e) = sink.send(binary(defs)).await {
-                return lost(e.to_string(), true);
-            }
-        }
         self.refill();
         // Batches may sit in the spool, not in `pending`: count from the last ack.
         let mut acked = self.acked_seq;
@@ -403,12 +523,11 @@ impl Sender {
         let mut last_send = Instant::now();
         loop {
             self.drain(commands);
-            if !self.new_defs.is_empty() {
-                let defs = ToHub::DefineMetrics(DefineMetrics {
-                    metrics: std::mem::take(&mut self.new_defs),
-                });
+            let unsent = self.metrics.take_unsent();
+            if !unsent.is_empty() {
+                let defs = ToHub::DefineMetrics(DefineMetrics { metrics: unsent });
                 if let Err(e) = sink.feed(binary(defs)).await {
-                    return lost(e.to_string(), true);
+                    return lost(e.to_string(), progressed);
                 }
             }
             if sent - acked < WINDOW {
@@ -423,8 +542,8 @@ impl Sender {
                 if sent - acked >= WINDOW {
                     break;
                 }
-                if let Err(e) = sink.feed(binary(ToHub::Batch(b.clone()))).await {
-                    return lost(e.to_string(), true);
+                if let Err(e) = sink.feed(binary(ToHub::Batch(self.wire(b)))).await {
+                    return lost(e.to_string(), progressed);
                 }
                 sent = b.seq;
                 wrote = true;
@@ -437,7 +556,7 @@ impl Sender {
                         wall_time: unix_now(),
                     });
                     if let Err(e) = sink.feed(binary(msg)).await {
-                        return lost(e.to_string(), true);
+                        return lost(e.to_string(), progressed);
                     }
                     finish_sent = true;
                     wrote = true;
@@ -445,7 +564,7 @@ impl Sender {
             }
             if wrote {
                 if let Err(e) = sink.flush().await {
-                    return lost(e.to_string(), true);
+                    return lost(e.to_string(), progressed);
                 }
                 last_send = Instant::now();
             }
@@ -458,6 +577,7 @@ impl Sender {
                 _ = tokio::time::sleep(POLL), if self.can_buffer() => {}
                 msg = next_from_hub(&mut stream) => match msg {
                     Ok(FromHub::Ack(ack)) => {
+                        progressed = true;
                         acked = acked.max(ack.through_seq);
                         self.acked_through(ack.through_seq);
                     }
@@ -470,18 +590,19 @@ impl Sender {
                     }
                     Ok(FromHub::HubError(e)) => {
                         let text = format!("hub error {:?}: {}", e.code, e.message);
-                        tracing::warn!("{text}");
+                        tracing::warn!("stepstream: {text}");
                         if e.fatal {
-                            return lost(text, true);
+                            return lost(text, progressed);
                         }
+                        self.note_error(text);
                     }
-                    Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), true),
-                    Err(e) => return lost(e, true),
+                    Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), progressed),
+                    Err(e) => return lost(e, progressed),
                 },
                 _ = sleep_until(beat_at) => {
                     let beat = ToHub::Heartbeat(Heartbeat { wall_time: unix_now() });
                     if let Err(e) = sink.send(binary(beat)).await {
-                        return lost(e.to_string(), true);
+                        return lost(e.to_string(), progressed);
                     }
                     last_send = Instant::now();
                 }

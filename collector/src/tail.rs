@@ -182,6 +182,12 @@ impl Parser {
 /// Streams `path` into `collector`: the rows after `after_step` (the hub's last step, for a
 /// resumed tail), then, when `follow`, every row appended later until `stop` is set. Bad rows
 /// are reported on stderr and skipped.
+///
+/// Consecutive rows of one step (an evaluation row beside the training row) become one
+/// record. Steps may go down (a training resumed from a checkpoint): only the rows a resumed
+/// tail already sent are skipped, while it catches up. Like `tail -F`, a file truncated in
+/// place is read again from its start, and a file replaced under the same path (rotated)
+/// is followed to the new one once the old one is read to its end.
 pub fn tail(
     path: &Path,
     collector: &Collector,
@@ -195,13 +201,18 @@ pub fn tail(
         source,
     };
     let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut report = TailReport::default();
-    let mut parser: Option<Parser> = None;
+    let mut identity = file_identity(&file.metadata().map_err(io)?);
+    let mut rows = Rows {
+        collector,
+        parser: None,
+        line_no: 0,
+        catching_up: after_step,
+        open: None,
+        report: TailReport::default(),
+    };
     let mut pending = Vec::<u8>::new();
     let mut offset: u64 = 0;
-    let mut line_no: u64 = 0;
     let mut chunk = vec![0u8; 64 * 1024];
-    let mut last_step = after_step;
     loop {
         let n = file.read(&mut chunk).map_err(io)?;
         if n > 0 {
@@ -211,15 +222,7 @@ pub fn tail(
             while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
                 let line = String::from_utf8_lossy(&pending[start..start + end]).into_owned();
                 start += end + 1;
-                line_no += 1;
-                handle(
-                    &line,
-                    line_no,
-                    &mut parser,
-                    collector,
-                    &mut last_step,
-                    &mut report,
-                )?;
+                rows.line(&line)?;
             }
             pending.drain(..start);
             continue;
@@ -229,76 +232,135 @@ pub fn tail(
             if !follow && !pending.is_empty() {
                 // The file is complete: its last line just lacks a newline.
                 let line = String::from_utf8_lossy(&pending).into_owned();
-                line_no += 1;
-                handle(
-                    &line,
-                    line_no,
-                    &mut parser,
-                    collector,
-                    &mut last_step,
-                    &mut report,
-                )?;
+                rows.line(&line)?;
             }
-            return Ok(report);
+            rows.emit();
+            return Ok(rows.report);
         }
+        // Nothing more for now: what is held goes out (a later row of the same step becomes
+        // its own record rather than waiting here).
+        rows.emit();
         collector.flush();
         std::thread::sleep(poll);
-        let len = std::fs::metadata(path).map_err(io)?.len();
-        if len < offset {
+        let now = match std::fs::metadata(path) {
+            Ok(m) => m,
+            // Between a rotation's rename and the new file's creation.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(e)),
+        };
+        if file_identity(&now) != identity {
+            // Rotated: the old file was read to its end above; follow the new one.
             eprintln!(
-                "stepstream tail: {} shrank from {offset} to {len} bytes; reading it again \
-                 from the start (rows up to step {} are skipped)",
-                path.display(),
-                last_step.map_or("-".into(), |s| s.to_string())
+                "stepstream tail: {} was replaced; following the new file from its start",
+                path.display()
             );
-            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            file = std::fs::File::open(path).map_err(io)?;
+            identity = file_identity(&file.metadata().map_err(io)?);
+            rows.restart();
             offset = 0;
             pending.clear();
-            parser = None;
-            line_no = 0;
+        } else if now.len() < offset {
+            eprintln!(
+                "stepstream tail: {} shrank from {offset} to {} bytes; reading it again from \
+                 the start",
+                path.display(),
+                now.len()
+            );
+            file.seek(SeekFrom::Start(0)).map_err(io)?;
+            rows.restart();
+            offset = 0;
+            pending.clear();
         }
     }
 }
 
-fn handle(
-    line: &str,
+/// Which file a path names: its device and inode (a rotation changes them).
+fn file_identity(m: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+/// Lines to records: the header, then rows, merged per step.
+struct Rows<'a> {
+    collector: &'a Collector,
+    parser: Option<Parser>,
     line_no: u64,
-    parser: &mut Option<Parser>,
-    collector: &Collector,
-    last_step: &mut Option<i64>,
-    report: &mut TailReport,
-) -> Result<(), TailError> {
-    if line.trim().is_empty() {
-        return Ok(());
+    /// While set, a resumed tail skips rows up to this step (the hub has them).
+    catching_up: Option<i64>,
+    /// The record being gathered (rows of one step merged).
+    open: Option<Row>,
+    report: TailReport,
+}
+
+impl Rows<'_> {
+    /// A new file (truncated or rotated): a new header, and every row is new.
+    fn restart(&mut self) {
+        self.emit();
+        self.parser = None;
+        self.line_no = 0;
+        self.catching_up = None;
     }
-    let Some(p) = parser.as_ref() else {
-        *parser = Some(Parser::new(line)?);
-        return Ok(());
-    };
-    match p.row(line) {
-        Ok(row) => {
-            if last_step.is_some_and(|last| row.step <= last) {
-                report.skipped += 1;
+
+    fn line(&mut self, line: &str) -> Result<(), TailError> {
+        self.line_no += 1;
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let Some(p) = self.parser.as_ref() else {
+            self.parser = Some(Parser::new(line)?);
+            return Ok(());
+        };
+        let row = match p.row(line) {
+            Ok(row) => row,
+            Err(why) => {
+                eprintln!(
+                    "stepstream tail: line {} skipped: {why}: {line:?}",
+                    self.line_no
+                );
+                self.report.bad_rows += 1;
                 return Ok(());
             }
-            let metrics: Vec<(&str, f64)> = row
-                .values
-                .iter()
-                .map(|&(i, v)| (p.columns[i].as_str(), v))
-                .collect();
-            match row.wall_time {
-                Some(t) => collector.log_at(row.step, t, &metrics),
-                None => collector.log(row.step, &metrics),
+        };
+        match self.catching_up {
+            Some(last) if row.step <= last => {
+                self.report.skipped += 1;
+                return Ok(());
             }
-            *last_step = Some(row.step);
-            report.rows += 1;
+            Some(_) => self.catching_up = None,
+            None => {}
         }
-        Err(why) => {
-            eprintln!("stepstream tail: line {line_no} skipped: {why}: {line:?}");
-            report.bad_rows += 1;
+        self.report.rows += 1;
+        if let Some(open) = self.open.as_mut().filter(|o| o.step == row.step) {
+            // The same step again: its cells join the record, a later cell winning.
+            for (i, v) in row.values {
+                match open.values.iter_mut().find(|(j, _)| *j == i) {
+                    Some(slot) => slot.1 = v,
+                    None => open.values.push((i, v)),
+                }
+            }
+            open.wall_time = open.wall_time.or(row.wall_time);
+            return Ok(());
+        }
+        self.emit();
+        self.open = Some(row);
+        Ok(())
+    }
+
+    /// Sends the record being gathered.
+    fn emit(&mut self) {
+        let (Some(row), Some(p)) = (self.open.take(), self.parser.as_ref()) else {
+            return;
+        };
+        let metrics: Vec<(&str, f64)> = row
+            .values
+            .iter()
+            .map(|&(i, v)| (p.columns[i].as_str(), v))
+            .collect();
+        match row.wall_time {
+            Some(t) => self.collector.log_at(row.step, t, &metrics),
+            None => self.collector.log(row.step, &metrics),
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@
 pub mod codec;
 pub mod csv;
 pub mod decimate;
+pub mod limits;
+
+pub use limits::Limits;
 
 pub use codec::DecodeError;
 use serde::{Deserialize, Serialize};
@@ -113,6 +116,13 @@ pub struct Hello {
     pub protocol: u8,
     pub token: Option<String>,
     pub run: RunIdentity,
+    /// Random per collector process: the hub refuses a second live writer of one run, and
+    /// lets the same writer take over its own half-open connection.
+    pub writer: u64,
+    /// The highest sequence number this collector has seen acknowledged for the run (0 for
+    /// a new process): a hub whose stored `last_seq` is lower lost acknowledged data, and
+    /// says so.
+    pub acked_through: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +178,11 @@ pub struct Welcome {
     pub last_seq: u64,
     /// Highest step stored for this run, if any.
     pub last_step: Option<i64>,
+    /// The run's metric table as stored: a resuming collector uses these ids for the names
+    /// it logs, whatever order they first appear in.
+    pub metrics: Vec<MetricDef>,
+    /// What this hub accepts.
+    pub limits: Limits,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +210,11 @@ pub enum ErrorCode {
     ProtocolViolation,
     /// The hub could not store the data; nothing of it was acknowledged.
     Storage,
+    /// Over one of the hub's [`Limits`] (or its run or connection limits); the message names
+    /// the limit. Non-fatal when only the named item was refused.
+    Limit,
+    /// Another collector is writing this run, or a resent batch differs from the stored one.
+    Conflict,
 }
 
 /// An error from the hub. After a fatal one the hub closes the socket.

@@ -65,6 +65,8 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                     framework: "mindspore".into(),
                     started_at: 1_764_700_000.0,
                 },
+                writer: 0x5eed_cafe_0001,
+                acked_through: 6,
             })
             .encode(),
         ),
@@ -115,6 +117,11 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 run_id: run_id(),
                 last_seq: 6,
                 last_step: Some(120),
+                metrics: vec![MetricDef {
+                    id: MetricId(0),
+                    name: "loss".into(),
+                }],
+                limits: Limits::default(),
             })
             .encode(),
         ),

@@ -240,6 +240,9 @@ fn attachment(name: &str) -> String {
     format!("attachment; filename=\"{name}\"")
 }
 
+/// A CSV download whose client takes nothing for this long is abandoned.
+const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The run as CSV: `step,timestamp,` then one column per metric; streamed from the store.
 pub async fn export_csv(
     State(app): State<AppState>,
@@ -250,53 +253,68 @@ pub async fn export_csv(
     let (metrics, last_seq, started) =
         run.state(|st| (st.metrics.clone(), st.tail.last_seq, st.identity.started_at));
     let header_line = stepstream_protocol::csv::header(metrics.iter().map(|m| m.name.as_str()));
-    let column: std::collections::HashMap<MetricId, usize> =
-        metrics.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+    let column: Arc<std::collections::HashMap<MetricId, usize>> =
+        Arc::new(metrics.iter().enumerate().map(|(i, m)| (m.id, i)).collect());
     let width = metrics.len();
 
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     let _ = tx.send(Ok(Bytes::from(header_line))).await;
     let store = app.hub.store.clone();
     let key = run.key;
+    // Paged: each page is one short read, sent before the next is read, so a client that
+    // stops reading holds neither a database connection nor a transaction, and is dropped
+    // after `EXPORT_STALL`.
     tokio::spawn(async move {
-        let sink = tx.clone();
-        let scanned = store
-            .scan(key, 0, last_seq, String::new(), move |buf, _, records| {
-                let mut row: Vec<Option<f64>> = vec![None; width];
-                for r in records {
-                    row.iter_mut().for_each(|c| *c = None);
-                    for &(id, v) in &r.values {
-                        if let Some(&i) = column.get(&id) {
-                            row[i] = Some(v);
+        let mut from = 0u64;
+        while from < last_seq {
+            let column = column.clone();
+            let read = store
+                .scan(
+                    key,
+                    from,
+                    last_seq,
+                    (String::new(), from),
+                    move |(buf, last), seq, records| {
+                        *last = seq;
+                        let mut row: Vec<Option<f64>> = vec![None; width];
+                        for r in records {
+                            row.iter_mut().for_each(|c| *c = None);
+                            for &(id, v) in &r.values {
+                                if let Some(&i) = column.get(&id) {
+                                    row[i] = Some(v);
+                                }
+                            }
+                            use std::fmt::Write;
+                            let _ = write!(buf, "{},{:.6}", r.step, r.wall_time);
+                            for cell in &row {
+                                buf.push(',');
+                                if let Some(v) = cell {
+                                    stepstream_protocol::csv::push_value(buf, *v);
+                                }
+                            }
+                            buf.push('\n');
                         }
-                    }
-                    use std::fmt::Write;
-                    let _ = write!(buf, "{},{:.6}", r.step, r.wall_time);
-                    for cell in &row {
-                        buf.push(',');
-                        if let Some(v) = cell {
-                            stepstream_protocol::csv::push_value(buf, *v);
+                        if buf.len() >= 256 * 1024 {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
                         }
-                    }
-                    buf.push('\n');
+                    },
+                )
+                .await;
+            let (page, last) = match read {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::error!(error = %e, "CSV export failed");
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    return;
                 }
-                if buf.len() >= 256 * 1024 {
-                    let chunk = Bytes::from(std::mem::take(buf));
-                    if sink.blocking_send(Ok(chunk)).is_err() {
-                        return ControlFlow::Break(());
-                    }
-                }
-                ControlFlow::Continue(())
-            })
-            .await;
-        match scanned {
-            Ok(rest) => {
-                let _ = tx.send(Ok(Bytes::from(rest))).await;
+            };
+            let sent = tokio::time::timeout(EXPORT_STALL, tx.send(Ok(Bytes::from(page)))).await;
+            if !matches!(sent, Ok(Ok(()))) || last == from {
+                return;
             }
-            Err(e) => {
-                tracing::error!(error = %e, "CSV export failed");
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-            }
+            from = last;
         }
     });
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {

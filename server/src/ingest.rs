@@ -7,8 +7,11 @@
 use crate::hub::{Appended, IngestError, Run};
 use crate::AppState;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::response::Response;
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_protocol::{
@@ -24,11 +27,55 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// included).
 pub const HELLO_LIMIT: usize = 256 * 1024;
 
-pub async fn collector_socket(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+/// Numbers each collector connection, so a run's writer claim names one connection.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
+
+/// A WebSocket refused because its address has too many open.
+pub struct TooMany {
+    peer: SocketAddr,
+    limit: usize,
+}
+
+impl IntoResponse for TooMany {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} already has {} open connections to this hub (limit connections_per_addr)\n",
+                self.peer.ip(),
+                self.limit
+            ),
+        )
+            .into_response()
+    }
+}
+
+/// A WebSocket slot for `peer`, or the refusal that names the limit.
+pub fn connection_slot(app: &AppState, peer: SocketAddr) -> Result<crate::limits::Slot, TooMany> {
+    let limit = app.hub.limits.connections_per_addr;
+    app.connections.acquire(peer.ip(), limit).ok_or_else(|| {
+        tracing::warn!(%peer, limit, "connection refused: too many from one address");
+        TooMany { peer, limit }
+    })
+}
+
+pub async fn collector_socket(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let slot = match connection_slot(&app, peer) {
+        Ok(slot) => slot,
+        Err(refused) => return refused.into_response(),
+    };
     ws.max_message_size(SOCKET_LIMIT)
         .max_frame_size(SOCKET_LIMIT)
         .on_upgrade(move |socket| async move {
-            let mut conn = Conn { socket };
+            let _slot = slot;
+            let mut conn = Conn {
+                socket,
+                id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
+            };
             if let Err(refusal) = serve(&app, &mut conn).await {
                 tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
                 conn.send(FromHub::HubError(refusal)).await;
@@ -39,6 +86,7 @@ pub async fn collector_socket(State(app): State<AppState>, ws: WebSocketUpgrade)
 
 struct Conn {
     socket: WebSocket,
+    id: u64,
 }
 
 impl Conn {
@@ -118,6 +166,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         }
         Ok(Err(e)) => return Err(e),
     };
+    tracing::debug!(run = %hello.run.run_id, writer = hello.writer, "hello");
     if hello.protocol != codec::VERSION {
         return Err(fatal(
             ErrorCode::UnsupportedVersion,
@@ -142,28 +191,67 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
     }
     let run = app
         .hub
-        .open_run(hello.run)
+        .open_run(hello.run, hello.writer, conn.id)
         .await
-        .map_err(|e| fatal(ErrorCode::Storage, e.to_string()))?;
-    let (run_id, last_seq, last_step) = run.state(|st| {
+        .map_err(refusal)?;
+    let (run_id, last_seq, last_step, metrics) = run.state(|st| {
         (
             st.identity.run_id.clone(),
             st.tail.last_seq,
             st.tail.last_step,
+            st.metrics.clone(),
         )
     });
     tracing::info!(run = %run_id, last_seq, "collector connected");
-    if !conn
-        .send(FromHub::Welcome(Welcome {
-            run_id,
-            last_seq,
-            last_step,
+    if hello.acked_through > last_seq {
+        // The collector saw batches acknowledged that this hub no longer has: its database
+        // was restored or replaced. They are gone from the hub (the collector dropped them
+        // when they were acknowledged); say so loudly, then continue after what is stored.
+        tracing::error!(
+            run = %run_id,
+            acknowledged = hello.acked_through,
+            stored = last_seq,
+            "the hub lost acknowledged batches of this run (database restored or replaced?)"
+        );
+        let message = format!(
+            "this hub has batches through {last_seq} but acknowledged {} earlier: batches {}..={}              were lost by the hub (database restored or replaced?); continuing after {last_seq}",
+            hello.acked_through,
+            last_seq + 1,
+            hello.acked_through
+        );
+        app.hub.note_loss(&run, message.clone());
+        conn.send(FromHub::HubError(HubError {
+            code: ErrorCode::Storage,
+            message,
+            fatal: false,
         }))
-        .await
-    {
-        return Ok(());
+        .await;
     }
-    session(app, conn, &run).await
+    let welcome = Welcome {
+        run_id,
+        last_seq,
+        last_step,
+        metrics,
+        limits: app.hub.limits.wire,
+    };
+    let served = if conn.send(FromHub::Welcome(welcome)).await {
+        session(app, conn, &run).await
+    } else {
+        Ok(())
+    };
+    run.release_writer(conn.id);
+    served
+}
+
+/// The error frame for an ingest refusal: its code says whether retrying can help.
+fn refusal(e: IngestError) -> HubError {
+    let code = match &e {
+        IngestError::Store(_) => ErrorCode::Storage,
+        IngestError::Limit(_) => ErrorCode::Limit,
+        IngestError::Conflict(_) => ErrorCode::Conflict,
+        _ => ErrorCode::ProtocolViolation,
+    };
+    fatal(code, e.to_string())
 }
 
 async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), HubError> {
@@ -185,18 +273,15 @@ async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), 
                             format!("batch {seq} was not stored ({e}); resend it later"),
                         ));
                     }
-                    Err(e) => return Err(fatal(ErrorCode::ProtocolViolation, e.to_string())),
+                    Err(e) => return Err(refusal(e)),
                 }
             }
             ToHub::DefineMetrics(defs) => {
                 hub.define_metrics(run, defs.metrics)
                     .await
-                    .map_err(|e| match e {
-                        IngestError::Store(e) => fatal(ErrorCode::Storage, e.to_string()),
-                        e => fatal(ErrorCode::ProtocolViolation, e.to_string()),
-                    })?;
+                    .map_err(refusal)?;
             }
-            ToHub::Heartbeat(_) => hub.heartbeat(run).await,
+            ToHub::Heartbeat(_) => hub.heartbeat(run),
             ToHub::Finish(finish) => {
                 let (status, message) = match finish.status {
                     FinishStatus::Finished => (RunStatus::Finished, None),

@@ -9,6 +9,7 @@
 //! * `api` — JSON, CSV and config over HTTP.
 //! * `guard` — `Host` and `Origin` checks: who may talk to the hub at all.
 //! * `auth` — tokens.
+//! * `limits` — what one collector, run, project and address may use.
 //! * `web` — the embedded web app.
 
 pub mod alerts;
@@ -18,6 +19,7 @@ pub mod downsample;
 pub mod guard;
 pub mod hub;
 pub mod ingest;
+pub mod limits;
 pub mod notify;
 pub mod store;
 pub mod viewer;
@@ -55,6 +57,8 @@ pub struct Settings {
     /// Serve HTTPS and `wss://` with this certificate chain and key (PEM), reloaded when
     /// the files change.
     pub tls: Option<TlsFiles>,
+    /// What one collector, run, project and address may use (`--limit`).
+    pub limits: limits::HubLimits,
 }
 
 /// A certificate chain and its private key, PEM files.
@@ -73,6 +77,8 @@ pub struct AppState {
     pub hub: Arc<Hub>,
     pub auth: Arc<Auth>,
     pub stale_after_s: f64,
+    /// Open WebSockets per peer address.
+    pub connections: Arc<limits::Connections>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +168,13 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         })?;
     tracing::info!(db = %settings.db.display(), runs = runs.len(), "database open");
     let stale_after_s = settings.policy.stale_after.as_secs_f64();
-    let hub = Hub::new(store, runs, settings.policy.clone(), &settings.alerts);
+    let hub = Hub::new(
+        store,
+        runs,
+        settings.policy.clone(),
+        &settings.alerts,
+        settings.limits.clone(),
+    );
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
         .map_err(|source| ServeError::Bind {
@@ -174,6 +186,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         hub: hub.clone(),
         auth: Arc::new(settings.auth.clone()),
         stale_after_s,
+        connections: Arc::default(),
     };
     let ticker = hub.clone();
     let period = (settings.policy.stale_after / 10)
@@ -193,7 +206,13 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
     );
     let app = router(state, guard);
     let task = match &settings.tls {
-        None => tokio::spawn(async move { axum::serve(listener, app).await }),
+        None => tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        }),
         Some(files) => {
             let config = RustlsConfig::from_pem_file(&files.cert, &files.key)
                 .await
@@ -204,7 +223,11 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
                 })?;
             tokio::spawn(reload_on_change(config.clone(), files.clone()));
             let server = axum_server::from_tcp_rustls(listener.into_std()?, config)?;
-            tokio::spawn(async move { server.serve(app.into_make_service()).await })
+            tokio::spawn(async move {
+                server
+                    .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+                    .await
+            })
         }
     };
     Ok(Running { addr, hub, task })

@@ -14,10 +14,11 @@ use crate::hub::{Hub, LiveEvent, Run};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Extension, State};
+use axum::extract::{ConnectInfo, Extension, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use stepstream_protocol::{
@@ -31,13 +32,25 @@ const OUTGOING_CAPACITY: usize = 256;
 /// Values per raw backfill chunk.
 const CHUNK_VALUES: usize = 50_000;
 
+/// A viewer that does not take a frame for this long is disconnected: its queue, its
+/// subscription tasks and their reads are freed.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub async fn viewer_socket(
     State(app): State<AppState>,
     Extension(scope): Extension<Scope>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ws: WebSocketUpgrade,
 ) -> Response {
+    let slot = match crate::ingest::connection_slot(&app, peer) {
+        Ok(slot) => slot,
+        Err(refused) => return axum::response::IntoResponse::into_response(refused),
+    };
     ws.max_message_size(64 * 1024)
-        .on_upgrade(move |socket| serve(app.hub.clone(), socket, scope))
+        .on_upgrade(move |socket| async move {
+            let _slot = slot;
+            serve(app.hub.clone(), socket, scope).await
+        })
 }
 
 /// Whether the viewer's token covers `run_id`.
@@ -78,8 +91,13 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let (out, mut outgoing) = mpsc::channel::<Bytes>(OUTGOING_CAPACITY);
     let writer = tokio::spawn(async move {
         while let Some(bytes) = outgoing.recv().await {
-            if sink.send(Message::Binary(bytes)).await.is_err() {
-                break;
+            match tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Binary(bytes))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::info!("viewer took no frame for {WRITE_TIMEOUT:?}; disconnecting it");
+                    break;
+                }
             }
         }
         let _ = sink.close().await;
@@ -102,6 +120,16 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
                 };
                 match FromViewer::decode(&bytes) {
                     Ok(FromViewer::Subscribe(sub)) => {
+                        let most = hub.limits.viewer_budget;
+                        if sub.budget.is_some_and(|b| b > most || b == 0) {
+                            let msg = format!(
+                                "budget {} is outside 1..={most} points per metric (limit viewer_budget)",
+                                sub.budget.unwrap_or(0)
+                            );
+                            tracing::info!(%msg, "subscription refused");
+                            let _ = out.send(error(ErrorCode::Limit, &msg, false)).await;
+                            continue;
+                        }
                         for run_id in &sub.runs {
                             if let Some(old) = subscriptions.remove(run_id) {
                                 old.abort();
@@ -345,7 +373,9 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sen
 }
 
 /// Sends the stored batches `after < seq <= through` (exactly, or thinned to `budget` points
-/// per metric), ending with a chunk marked `done`. `Break` when the viewer is gone.
+/// per metric), in chunks of at most one metric and [`CHUNK_VALUES`] points, the last one
+/// marked `done`. Reads are paged: no read holds a database connection (or a transaction)
+/// while it waits for this viewer. `Break` when the viewer is gone.
 async fn backfill(
     hub: &Hub,
     run: &Run,
@@ -356,17 +386,18 @@ async fn backfill(
     out: &mpsc::Sender<Bytes>,
 ) -> ControlFlow<()> {
     let (run_id, last_step) = run.state(|st| (st.identity.run_id.clone(), st.tail.last_step));
-    let finish = |series: Vec<Series>, downsampled: bool| {
+    let chunk = |series: Vec<Series>, downsampled: bool, done: bool| {
         frame(ToViewer::Backfill(Backfill {
             run_id: run_id.clone(),
             through_seq: through,
             downsampled,
             series,
-            done: true,
+            done,
         }))
     };
-    let sent = if after >= through {
-        out.send(finish(Vec::new(), false)).await.is_ok()
+    let mut sent = true;
+    if after >= through {
+        sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
     } else if let Some(budget) = budget {
         let lo = hub
             .store
@@ -395,73 +426,112 @@ async fn backfill(
         let mid = after + (through - after) / 2;
         let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
             .map(|(early, late)| early.merge(late));
-        match scanned {
-            Ok(per_metric) => {
-                let mut downsampled = false;
-                let series = per_metric
-                    .finish()
-                    .into_iter()
-                    .map(|(metric, points)| {
-                        let (steps, values, times, thinned) = points.finish();
-                        downsampled |= thinned;
-                        Series {
-                            metric,
-                            steps,
-                            values,
-                            times,
-                        }
-                    })
-                    .collect();
-                out.send(finish(series, downsampled)).await.is_ok()
-            }
+        let per_metric = match scanned {
+            Ok(per_metric) => per_metric,
             Err(e) => {
                 tracing::error!(error = %e, "backfill failed");
-                false
+                return ControlFlow::Break(());
+            }
+        };
+        let mut pieces = Vec::new();
+        for (metric, points) in per_metric.finish() {
+            let (steps, values, times, thinned) = points.finish();
+            for part in split_series(metric, steps, values, times) {
+                pieces.push((part, thinned));
+            }
+        }
+        let n = pieces.len();
+        if n == 0 {
+            sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
+        }
+        for (i, (series, thinned)) in pieces.into_iter().enumerate() {
+            if out
+                .send(chunk(vec![series], thinned, i + 1 == n))
+                .await
+                .is_err()
+            {
+                sent = false;
+                break;
             }
         }
     } else {
-        let filter = filter.clone();
-        let tx = out.clone();
-        let id = run_id.clone();
-        let scanned = hub
-            .store
-            .scan(
-                run.key,
-                after,
-                through,
-                Chunk::default(),
-                move |chunk, seq, records| {
-                    chunk.add(&filter, records);
-                    let last = seq == through;
-                    if chunk.values >= CHUNK_VALUES || last {
-                        let msg = ToViewer::Backfill(Backfill {
-                            run_id: id.clone(),
-                            through_seq: through,
-                            downsampled: false,
-                            series: chunk.take(),
-                            done: last,
-                        });
-                        if tx.blocking_send(frame(msg)).is_err() {
-                            return ControlFlow::Break(());
-                        }
+        let mut from = after;
+        while from < through && sent {
+            let page = Page {
+                chunk: Chunk::default(),
+                last_seq: from,
+            };
+            let filter_page = filter.clone();
+            let read = hub
+                .store
+                .scan(run.key, from, through, page, move |page, seq, records| {
+                    page.chunk.add(&filter_page, records);
+                    page.last_seq = seq;
+                    if page.chunk.values >= CHUNK_VALUES {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
                     }
-                    ControlFlow::Continue(())
-                },
-            )
-            .await;
-        match scanned {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::error!(error = %e, "backfill failed");
-                false
+                })
+                .await;
+            let mut page = match read {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::error!(error = %e, "backfill failed");
+                    return ControlFlow::Break(());
+                }
+            };
+            // Nothing stored past `from` (cannot happen below `through`): end here.
+            let done = page.last_seq >= through || page.last_seq == from;
+            from = page.last_seq;
+            sent = out
+                .send(chunk(page.chunk.take(), false, done))
+                .await
+                .is_ok();
+            if done {
+                break;
             }
         }
-    };
+    }
     if sent && !out.is_closed() {
         ControlFlow::Continue(())
     } else {
         ControlFlow::Break(())
     }
+}
+
+/// One metric's points, cut into series of at most [`CHUNK_VALUES`] points.
+fn split_series(
+    metric: MetricId,
+    steps: Vec<i64>,
+    values: Vec<f64>,
+    times: Vec<f64>,
+) -> Vec<Series> {
+    if steps.len() <= CHUNK_VALUES {
+        return vec![Series {
+            metric,
+            steps,
+            values,
+            times,
+        }];
+    }
+    steps
+        .chunks(CHUNK_VALUES)
+        .zip(values.chunks(CHUNK_VALUES))
+        .zip(times.chunks(CHUNK_VALUES))
+        .map(|((s, v), t)| Series {
+            metric,
+            steps: s.to_vec(),
+            values: v.to_vec(),
+            times: t.to_vec(),
+        })
+        .collect()
+}
+
+/// One page of a raw backfill: what was read, and the last batch it read.
+struct Page {
+    chunk: Chunk,
+    last_seq: u64,
 }
 
 /// A raw backfill chunk being filled.

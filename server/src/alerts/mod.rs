@@ -31,6 +31,30 @@ pub struct Finding {
     pub message: String,
 }
 
+/// What the rules say about one record: the findings (conditions that hold) and the rules
+/// the record was evidence for (it carried their metric). An active alert resolves only on
+/// evidence: a system sample says nothing about the loss, a training record nothing about
+/// memory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Judged {
+    pub findings: Vec<Finding>,
+    pub evidence: Vec<&'static str>,
+}
+
+impl Judged {
+    pub fn merge(&mut self, other: Judged) {
+        self.findings.extend(other.findings);
+        self.evidence.extend(other.evidence);
+    }
+}
+
+impl std::ops::Deref for Judged {
+    type Target = [Finding];
+    fn deref(&self) -> &[Finding] {
+        &self.findings
+    }
+}
+
 /// A change of an alert's state.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -96,13 +120,27 @@ impl RunRules {
     }
 
     /// Conditions that hold at this record.
-    pub fn findings(&mut self, rules: &Rules, step: i64, values: &[(&str, f64)]) -> Vec<Finding> {
-        let get = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
-        let mut out = Vec::new();
+    pub fn findings(&mut self, rules: &Rules, step: i64, values: &[(&str, f64)]) -> Judged {
+        // A wide record (hundreds of system metrics) is looked up through a map, so rules
+        // that look up a metric per metric (memory) stay linear in the record.
+        let map: Option<HashMap<&str, f64>> =
+            (values.len() > 32).then(|| values.iter().copied().collect());
+        let get = |name: &str| match &map {
+            Some(m) => m.get(name).copied(),
+            None => values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+        };
+        let mut out = Judged::default();
+        let seen = |rule: &'static str, present: bool, out: &mut Judged| {
+            if present {
+                out.evidence.push(rule);
+            }
+        };
         if rules.non_finite.enabled {
+            let present = rules.non_finite.metrics.iter().any(|m| get(m).is_some());
+            seen("non_finite", present, &mut out);
             for m in &rules.non_finite.metrics {
                 if let Some(v) = get(m).filter(|v| !v.is_finite()) {
-                    out.push(Finding {
+                    out.findings.push(Finding {
                         rule: "non_finite",
                         value: v,
                         message: format!("{m} is {v} at step {step}"),
@@ -112,12 +150,47 @@ impl RunRules {
             }
         }
         let r = &rules.loss_spike;
+        seen(
+            "loss_spike",
+            r.enabled && get(&r.metric).is_some(),
+            &mut out,
+        );
+        seen(
+            "divergence",
+            rules.divergence.enabled && get(&rules.divergence.metric).is_some(),
+            &mut out,
+        );
+        seen(
+            "grad_explosion",
+            rules.grad_explosion.enabled && get(&rules.grad_explosion.metric).is_some(),
+            &mut out,
+        );
+        seen(
+            "lr_schedule",
+            rules.lr_schedule.enabled && get(&rules.lr_schedule.metric).is_some(),
+            &mut out,
+        );
+        seen(
+            "throughput_drop",
+            rules.throughput.enabled && rules.throughput.metrics.iter().any(|m| get(m).is_some()),
+            &mut out,
+        );
+        seen(
+            "stalled_data",
+            rules.stalled_data.enabled && get(&rules.stalled_data.step_time).is_some(),
+            &mut out,
+        );
+        seen(
+            "memory",
+            rules.memory.enabled && values.iter().any(|(n, _)| n.ends_with("/mem_used_gb")),
+            &mut out,
+        );
         if let Some(v) = get(&r.metric).filter(|_| r.enabled) {
             if self.spike.seen >= r.warmup_steps && v.is_finite() {
                 if let Some((m, mad)) = self.spike.stats() {
                     let mad = mad.max(m.abs() * 1e-3);
                     if v > m + r.mads * mad && v > r.min_ratio * m {
-                        out.push(Finding {
+                        out.findings.push(Finding {
                             rule: "loss_spike",
                             value: v,
                             message: format!(
@@ -148,7 +221,7 @@ impl RunRules {
             self.diverging = if up { self.diverging + 1 } else { 0 };
             if self.diverging >= r.consecutive {
                 {
-                    out.push(Finding {
+                    out.findings.push(Finding {
                         rule: "divergence",
                         value: v,
                         message: format!(
@@ -169,7 +242,7 @@ impl RunRules {
             self.grad_over = if over { self.grad_over + 1 } else { 0 };
             if self.grad_over >= r.consecutive {
                 let mean = self.grad.mean().unwrap_or(0.0);
-                out.push(Finding {
+                out.findings.push(Finding {
                     rule: "grad_explosion",
                     value: v,
                     message: format!(
@@ -186,7 +259,7 @@ impl RunRules {
         let r = &rules.lr_schedule;
         if let Some(lr) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
             if let Some(f) = self.lr_finding(r, step, lr) {
-                out.push(f);
+                out.findings.push(f);
             }
         }
         let r = &rules.throughput;
@@ -200,7 +273,7 @@ impl RunRules {
                     w.seen >= r.warmup_steps && w.median().is_some_and(|med| v < r.fraction * med);
                 *low = if is_low { *low + 1 } else { 0 };
                 if *low >= r.consecutive {
-                    out.push(Finding {
+                    out.findings.push(Finding {
                         rule: "throughput_drop",
                         value: v,
                         message: format!(
@@ -231,7 +304,7 @@ impl RunRules {
                         t / self.step_times.median().unwrap_or(t)
                     )
                 };
-                out.push(Finding {
+                out.findings.push(Finding {
                     rule: "stalled_data",
                     value: t,
                     message: format!("data pipeline stalled at step {step}: {why}"),
@@ -247,7 +320,7 @@ impl RunRules {
                 let total = get(&format!("{prefix}/mem_total_gb"));
                 if let Some(total) = total.filter(|t| *t > 0.0) {
                     if *used > rules.memory.fraction * total {
-                        out.push(Finding {
+                        out.findings.push(Finding {
                             rule: "memory",
                             value: *used,
                             message: format!("{prefix} memory {used:.1} of {total:.1} GB in use"),
@@ -261,35 +334,36 @@ impl RunRules {
     }
 
     /// Updates this rank's smoothed step time and compares it with the other ranks'.
-    pub fn straggler(
-        &mut self,
-        rules: &Rules,
-        values: &[(&str, f64)],
-        others: &[f64],
-    ) -> Option<Finding> {
+    pub fn straggler(&mut self, rules: &Rules, values: &[(&str, f64)], others: &[f64]) -> Judged {
         let r = &rules.straggler;
-        let t = values
-            .iter()
-            .find(|(n, _)| *n == r.metric)
-            .map(|(_, v)| *v)?;
+        let mut out = Judged::default();
+        let Some(t) = values.iter().find(|(n, _)| *n == r.metric).map(|(_, v)| *v) else {
+            return out;
+        };
         if !r.enabled || !t.is_finite() {
-            return None;
+            return out;
         }
+        out.evidence.push("straggler");
         self.step_time_seen += 1;
         let ema = self.step_time_ema.map_or(t, |e| e + 0.1 * (t - e));
         self.step_time_ema = Some(ema);
-        let median = median(others.iter().copied())?;
+        let Some(median) = median(others.iter().copied()) else {
+            return out;
+        };
         let slow = self.step_time_seen >= r.warmup_steps && median > 0.0 && ema > r.factor * median;
         self.straggling = if slow { self.straggling + 1 } else { 0 };
-        (self.straggling >= r.consecutive).then(|| Finding {
-            rule: "straggler",
-            value: ema,
-            message: format!(
-                "this rank's {} ({ema:.3} s) is {:.1}x the other ranks' median ({median:.3} s)",
-                r.metric,
-                ema / median
-            ),
-        })
+        if self.straggling >= r.consecutive {
+            out.findings.push(Finding {
+                rule: "straggler",
+                value: ema,
+                message: format!(
+                    "this rank's {} ({ema:.3} s) is {:.1}x the other ranks' median ({median:.3} s)",
+                    r.metric,
+                    ema / median
+                ),
+            });
+        }
+        out
     }
 
     fn lr_finding(&mut self, r: &LrSchedule, step: i64, lr: f64) -> Option<Finding> {
@@ -332,7 +406,7 @@ impl RunRules {
                 ));
             }
         }
-        if prev <= lr / r.jump_factor && step - prev_step == 1 && prev_step < 10 {
+        if prev <= lr / r.jump_factor && step.checked_sub(prev_step) == Some(1) && prev_step < 10 {
             self.lr_jump = Some((step, prev, lr));
         }
         if lr < prev * (1.0 - 1e-9) {
@@ -347,16 +421,11 @@ impl RunRules {
 
     /// Turns this record's findings into fired/resolved events, with de-duplication and the
     /// cooldown. `now` is the hub's clock.
-    pub fn events(
-        &mut self,
-        rules: &Rules,
-        step: i64,
-        findings: Vec<Finding>,
-        now: f64,
-    ) -> Vec<Event> {
+    pub fn events(&mut self, rules: &Rules, step: i64, judged: Judged, now: f64) -> Vec<Event> {
         let mut events = Vec::new();
-        let holding: Vec<&'static str> = findings.iter().map(|f| f.rule).collect();
-        for f in findings {
+        let holding: Vec<&'static str> = judged.findings.iter().map(|f| f.rule).collect();
+        let evidence = judged.evidence;
+        for f in judged.findings {
             if self.active.contains_key(f.rule) {
                 continue;
             }
@@ -375,13 +444,13 @@ impl RunRules {
                 message: f.message,
             });
         }
-        // Rules judged on a single record (non-finite, spikes) resolve on the next record
-        // where they no longer hold; the state-based ones likewise.
+        // A rule resolves on the next record that carries its metric and where it no longer
+        // holds; a record without its metric says nothing about it.
         let ended: Vec<&'static str> = self
             .active
             .keys()
             .copied()
-            .filter(|rule| !holding.contains(rule) && *rule != "stale")
+            .filter(|rule| !holding.contains(rule) && evidence.contains(rule))
             .collect();
         for rule in ended {
             let since = self.active.remove(rule).unwrap_or(step);

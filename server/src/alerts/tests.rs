@@ -187,10 +187,10 @@ fn straggler_needs_a_persistently_slower_rank() {
         let t = 0.1 * (1.0 + 0.1 * noise(step));
         assert!(fast
             .straggler(&rules, &[("step_time", t)], &[0.1, 0.1, 0.1])
-            .is_none());
-        if slow
+            .is_empty());
+        if !slow
             .straggler(&rules, &[("step_time", 2.0 * t)], &[0.1, 0.1, 0.1])
-            .is_some()
+            .is_empty()
             && fired.is_none()
         {
             fired = Some(step);
@@ -223,4 +223,60 @@ fn dedup_resolve_and_cooldown() {
     // Within the cooldown it does not fire again.
     let f = st.findings(&rules, 5, &nan(5));
     assert!(st.events(&rules, 5, f, 20.0).is_empty());
+}
+
+#[test]
+fn alerts_resolve_only_on_evidence_about_their_metric() {
+    let rules = Rules::default();
+    let mut st = RunRules::new("{}");
+    let f = st.findings(&rules, 1, &[("loss", f64::NAN)]);
+    assert_eq!(st.events(&rules, 1, f, 0.0).len(), 1);
+    let full = [("gpu0/mem_used_gb", 79.5), ("gpu0/mem_total_gb", 80.0)];
+    let f = st.findings(&rules, 1, &full);
+    assert!(matches!(
+        st.events(&rules, 1, f, 0.5)[0],
+        Event::Fired { rule: "memory", .. }
+    ));
+    // A system sample carries no loss, a training record no memory: neither resolves.
+    let sys = st.findings(&rules, 1, &[("cpu_percent", 50.0)]);
+    assert!(st.events(&rules, 1, sys, 1.0).is_empty());
+    let f = st.findings(&rules, 2, &[("loss", f64::NAN)]);
+    assert!(
+        st.events(&rules, 2, f, 2.0).is_empty(),
+        "still active: no second firing"
+    );
+    let f = st.findings(&rules, 3, &[("loss", 1.0)]);
+    let e = st.events(&rules, 3, f, 3.0);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(matches!(
+        e[0],
+        Event::Resolved {
+            rule: "non_finite",
+            ..
+        }
+    ));
+    let f = st.findings(
+        &rules,
+        3,
+        &[("gpu0/mem_used_gb", 10.0), ("gpu0/mem_total_gb", 80.0)],
+    );
+    assert!(matches!(
+        st.events(&rules, 3, f, 4.0)[0],
+        Event::Resolved { rule: "memory", .. }
+    ));
+}
+
+#[test]
+fn lr_steps_at_the_ends_of_i64_do_not_overflow() {
+    let rules = Rules::default();
+    let mut st = RunRules::new("{}");
+    for (step, lr) in [
+        (i64::MIN, 1e-3),
+        (i64::MAX, 1e-9),
+        (i64::MIN, 1.0),
+        (i64::MAX, 1e3),
+    ] {
+        let f = st.findings(&rules, step, &[("lr", lr)]);
+        st.events(&rules, step, f, 0.0);
+    }
 }

@@ -5,22 +5,35 @@ use stepstream_protocol::{MetricId, StepRecord};
 
 const BLOB_VERSION: u8 = 1;
 
+/// A record with more values than the blob's 16-bit count can say: never stored, so that
+/// nothing acknowledged is unreadable (the hub's `record_values` limit refuses it first).
+#[derive(Debug, thiserror::Error)]
+#[error("a record of step {step} holds {values} values; a stored record holds at most 65535")]
+pub struct TooWide {
+    pub step: i64,
+    pub values: usize,
+}
+
 /// Blob layout: `version u8`, then per record `step i64 | wall_time f64 | n u16` and `n`
 /// times `metric u32 | value f64`, all little endian.
-pub fn encode_records(records: &[StepRecord]) -> Vec<u8> {
+pub fn encode_records(records: &[StepRecord]) -> Result<Vec<u8>, TooWide> {
     let values: usize = records.iter().map(|r| r.values.len()).sum();
     let mut out = Vec::with_capacity(1 + records.len() * 18 + values * 12);
     out.push(BLOB_VERSION);
     for r in records {
         out.extend_from_slice(&r.step.to_le_bytes());
         out.extend_from_slice(&r.wall_time.to_le_bytes());
-        out.extend_from_slice(&(r.values.len() as u16).to_le_bytes());
+        let n = u16::try_from(r.values.len()).map_err(|_| TooWide {
+            step: r.step,
+            values: r.values.len(),
+        })?;
+        out.extend_from_slice(&n.to_le_bytes());
         for &(id, v) in &r.values {
             out.extend_from_slice(&id.0.to_le_bytes());
             out.extend_from_slice(&v.to_le_bytes());
         }
     }
-    out
+    Ok(out)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -128,9 +141,20 @@ mod tests {
     use test_record as rec;
 
     #[test]
+    fn a_record_too_wide_for_the_blob_is_refused_not_wrapped() {
+        let wide = StepRecord {
+            step: 3,
+            wall_time: 0.0,
+            values: (0..70_000).map(|i| (MetricId(i), 1.0)).collect(),
+        };
+        let err = encode_records(&[wide]).unwrap_err();
+        assert_eq!(err.values, 70_000);
+    }
+
+    #[test]
     fn blob_round_trip_and_damage() {
         let records = vec![rec(1, 0.5), rec(2, f64::INFINITY)];
-        let blob = encode_records(&records);
+        let blob = encode_records(&records).unwrap();
         let mut back = Vec::new();
         decode_records(&blob, &mut back).unwrap();
         assert_eq!(back.len(), 2);

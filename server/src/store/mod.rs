@@ -98,8 +98,14 @@ impl RunTail {
 pub struct Store {
     writer: mpsc::Sender<Command>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// Reads in flight, at most: each holds a blocking thread and a read transaction, so a
+    /// crowd of readers waits here rather than exhausting the blocking pool.
+    reading: Arc<tokio::sync::Semaphore>,
     path: Arc<PathBuf>,
 }
+
+/// Reads on the blocking pool at once, at most.
+const READERS: usize = 16;
 
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
@@ -141,6 +147,7 @@ impl Store {
         let store = Store {
             writer: tx,
             readers: Arc::new(Mutex::new(Vec::new())),
+            reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
             path: Arc::new(path.to_path_buf()),
         };
         Ok((store, runs))
@@ -253,15 +260,22 @@ impl Store {
     ) -> Result<T> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let permit = self
+            .reading
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))?;
         tokio::task::spawn_blocking(move || {
-            let pooled = readers.lock().expect("reader pool").pop();
+            let _permit = permit;
+            let pooled = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let conn = match pooled {
                 Some(c) => c,
                 None => open_connection(&path)?,
             };
             let out = f(&conn);
-            let mut pool = readers.lock().expect("reader pool");
-            if pool.len() < 8 {
+            let mut pool = readers.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < READERS {
                 pool.push(conn);
             }
             out
@@ -315,6 +329,21 @@ impl Store {
             })?;
             Ok(state)
         })
+        .await
+    }
+
+    /// One stored batch's records, if that batch is stored.
+    pub async fn batch(&self, key: RunKey, seq: u64) -> Result<Option<Vec<StepRecord>>> {
+        self.scan(
+            key,
+            seq.saturating_sub(1),
+            seq,
+            None,
+            |found, _, records| {
+                *found = Some(records.to_vec());
+                ControlFlow::Break(())
+            },
+        )
         .await
     }
 

@@ -240,8 +240,8 @@ mod tests {
             )
             .unwrap();
             let blobs = [
-                encode_records(&[rec(0, 0.0), rec(1, 1.0), rec(2, 2.0)]),
-                encode_records(&[rec(7, 7.0), rec(5, 5.0), rec(6, 6.0)]),
+                encode_records(&[rec(0, 0.0), rec(1, 1.0), rec(2, 2.0)]).unwrap(),
+                encode_records(&[rec(7, 7.0), rec(5, 5.0), rec(6, 6.0)]).unwrap(),
             ];
             for (i, blob) in blobs.iter().enumerate() {
                 conn.execute(

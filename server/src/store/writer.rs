@@ -143,6 +143,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
             ..
         } => {
             let range = step_range(records);
+            let blob = encode_records(records)
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             let inserted = tx
                 .prepare_cached(
                     "INSERT OR IGNORE INTO batches (run_key, seq, n, data, lo_step, hi_step) \
@@ -152,7 +154,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                     key,
                     *seq as i64,
                     records.len() as i64,
-                    encode_records(records),
+                    blob,
                     range.map(|r| r.0),
                     range.map(|r| r.1),
                 ])?;

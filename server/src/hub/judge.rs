@@ -1,0 +1,251 @@
+//! The judge: run status on the hub's clock, and alert rules on what each run streams.
+//!
+//! Rules are evaluated on their own task, fed by a bounded channel, so acknowledging a batch
+//! waits for storing it and nothing else: an alert's own write, its notifications and a
+//! status change never sit on the acknowledgement path. When the judge falls a whole
+//! channel behind, a batch goes unjudged (counted and logged), never the ingest slower.
+
+use super::{Hub, LiveEvent, Run, RunState};
+use crate::alerts::Event;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use stepstream_protocol::{unix_now, RunId, RunStatus, StatusChange, StepRecord};
+use tokio::sync::mpsc;
+
+/// Jobs the judge may fall behind by before batches go unjudged.
+pub(super) const JUDGE_CAPACITY: usize = 4096;
+
+/// Work for the judge.
+pub(super) enum Job {
+    /// A stored batch's records, for the alert rules.
+    Records {
+        run: Arc<Run>,
+        records: Arc<[StepRecord]>,
+        now: f64,
+    },
+    /// An alert event decided elsewhere (a stale alert resolved by a hello).
+    Event { run: Arc<Run>, event: Event },
+    /// A stale run sent again: store and publish that it runs.
+    Revived {
+        run: Arc<Run>,
+        now: f64,
+        resolved: Option<Event>,
+    },
+}
+
+/// Runs the judge until the hub is gone.
+pub(super) async fn judge_loop(hub: Weak<Hub>, mut jobs: mpsc::Receiver<Job>) {
+    while let Some(job) = jobs.recv().await {
+        let Some(hub) = hub.upgrade() else {
+            return;
+        };
+        match job {
+            Job::Records { run, records, now } => hub.judge_records(&run, &records, now).await,
+            Job::Event { run, event } => hub.raise(&run, event).await,
+            Job::Revived { run, now, resolved } => hub.revived(&run, now, resolved).await,
+        }
+    }
+}
+
+impl Hub {
+    /// Hands a job to the judge without waiting; counts it when the judge is too far behind.
+    pub(super) fn judge(&self, job: Job) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.judge.try_send(job) {
+            let n = self.unjudged.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    unjudged = n,
+                    "the alert judge is {JUDGE_CAPACITY} jobs behind; batches go unjudged"
+                );
+            }
+        }
+    }
+
+    async fn judge_records(&self, run: &Run, records: &[StepRecord], now: f64) {
+        let others = self.other_ranks_step_times(run);
+        let events = run.state_mut(|st| {
+            let RunState { rules, metrics, .. } = st;
+            let mut events = Vec::new();
+            for r in records {
+                let values: Vec<(&str, f64)> = r
+                    .values
+                    .iter()
+                    .filter_map(|&(id, v)| {
+                        let i = metrics.binary_search_by_key(&id, |m| m.id).ok()?;
+                        Some((metrics[i].name.as_str(), v))
+                    })
+                    .collect();
+                let mut judged = rules.findings(&self.rules, r.step, &values);
+                // Always fed, so each rank's smoothed step time exists for the others.
+                let others = others.as_deref().unwrap_or(&[]);
+                judged.merge(rules.straggler(&self.rules, &values, others));
+                events.extend(rules.events(&self.rules, r.step, judged, now));
+            }
+            events
+        });
+        for e in events {
+            self.raise(run, e).await;
+        }
+    }
+
+    /// The smoothed step times of the other running ranks of this run's job, when it is one
+    /// rank of several (the same job identity).
+    fn other_ranks_step_times(&self, run: &Run) -> Option<Vec<f64>> {
+        let job = run.state(|st| crate::alerts::job_of(&st.identity))?;
+        let others: Vec<f64> = self
+            .runs()
+            .iter()
+            .filter(|r| r.key != run.key)
+            .filter_map(|r| {
+                r.state(|st| {
+                    let same = crate::alerts::job_of(&st.identity).is_some_and(|j| j == job);
+                    (same && st.status == RunStatus::Running)
+                        .then_some(st.rules.step_time_ema)
+                        .flatten()
+                })
+            })
+            .collect();
+        (!others.is_empty()).then_some(others)
+    }
+
+    /// Stores an alert event, shows it to the run's viewers and notifies the channels.
+    pub(super) async fn raise(&self, run: &Run, event: Event) {
+        let (rule, fired, step, value, message) = match event {
+            Event::Fired {
+                rule,
+                step,
+                value,
+                message,
+            } => (rule, true, step, value, message),
+            Event::Resolved {
+                rule,
+                step,
+                message,
+            } => (rule, false, step, f64::NAN, message),
+        };
+        let (run_id, project, name) = run.state(|st| {
+            (
+                st.identity.run_id.clone(),
+                st.identity.project.clone(),
+                st.identity.name.clone(),
+            )
+        });
+        let alert = stepstream_protocol::Alert {
+            run_id: run_id.clone(),
+            rule: rule.to_string(),
+            fired,
+            step,
+            value,
+            message: message.clone(),
+            at: unix_now(),
+        };
+        if fired {
+            tracing::warn!(run = %run_id, rule, step, %message, "alert");
+        } else {
+            tracing::info!(run = %run_id, rule, step, "alert resolved");
+        }
+        if let Err(e) = self.store.add_alert(run.key, alert.clone()).await {
+            tracing::error!(error = %e, "could not store an alert");
+        }
+        let _ = run.live.send(LiveEvent::Alert(alert.clone()));
+        self.notifier.send(crate::notify::Notice {
+            link: self
+                .notifier
+                .public_url
+                .as_ref()
+                .map(|u| format!("{}/?run={run_id}", u.trim_end_matches('/'))),
+            run_id: run_id.to_string(),
+            project,
+            run_name: name,
+            rule: alert.rule,
+            state: if fired { "fired" } else { "resolved" },
+            step,
+            value,
+            message,
+            at: alert.at,
+        });
+    }
+
+    async fn revived(&self, run: &Run, now: f64, resolved: Option<Event>) {
+        let run_id: RunId = run.state(|st| st.identity.run_id.clone());
+        tracing::info!(run = %run_id, "stale run is sending again");
+        if let Some(e) = resolved {
+            self.raise(run, e).await;
+        }
+        if let Err(e) = self
+            .store
+            .set_status(run.key, RunStatus::Running, None, now)
+            .await
+        {
+            tracing::warn!(error = %e, "could not store a status change");
+        }
+        self.publish_status(
+            run,
+            StatusChange {
+                run_id,
+                status: RunStatus::Running,
+                message: None,
+                at: now,
+            },
+        );
+    }
+
+    /// Judges staleness and publishes the run-list updates gathered since the last tick.
+    pub async fn tick(&self) {
+        let now = unix_now();
+        for run in self.runs() {
+            let change = run.state_mut(|st| {
+                let silent = now - st.last_activity;
+                let next = match st.status {
+                    RunStatus::Running if silent >= self.policy.stale_after.as_secs_f64() => {
+                        Some((RunStatus::Stale, format!("no data for {silent:.0} s")))
+                    }
+                    RunStatus::Stale => match self.policy.fail_after {
+                        Some(limit) if silent >= limit.as_secs_f64() => Some((
+                            RunStatus::Failed,
+                            format!(
+                                "no data for {silent:.0} s: the training process presumably \
+                                 died"
+                            ),
+                        )),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                next.map(|(status, message)| {
+                    st.status = status;
+                    st.status_message = Some(message.clone());
+                    let step = st.tail.last_step.unwrap_or(0);
+                    let alert = (status == RunStatus::Stale)
+                        .then(|| st.rules.stale(&self.rules, true, step, &message, now))
+                        .flatten();
+                    (st.identity.run_id.clone(), status, message, alert)
+                })
+            });
+            if let Some((run_id, status, message, alert)) = change {
+                tracing::warn!(run = %run_id, status = status.as_str(), %message, "run status");
+                if let Err(e) = self
+                    .store
+                    .set_status(run.key, status, Some(message.clone()), now)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not store a status change");
+                }
+                if let Some(e) = alert {
+                    self.raise(&run, e).await;
+                }
+                self.publish_status(
+                    &run,
+                    StatusChange {
+                        run_id,
+                        status,
+                        message: Some(message),
+                        at: now,
+                    },
+                );
+            } else if run.state(|st| st.dirty) {
+                self.publish_update(&run);
+            }
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The hub's in-memory view of every run and the fan-out of what happens to them.
+//!
+//! Each run has one bounded `broadcast` channel of [`LiveEvent`]s, published only after the
+//! store committed what they carry; the run list has one more for [`RunUpdate`]s. Publishing
+//! never waits for a viewer: a viewer that falls behind sees `Lagged` and catches up from
+//! the store (see `viewer.rs`).
+//!
+//! * `run` — one run's state, and which collector writes it.
+//! * `judge` — run status (running / stale / finished / failed / killed) on the hub's
+//!   clock, and the alert rules, on their own task.
+
+mod judge;
+mod run;
+
+use crate::limits::HubLimits;
+use crate::store::{RunTail, Store, StoreError};
+use axum::body::Bytes;
+use judge::Job;
+pub use run::{LiveEvent, Run, RunState};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use stepstream_protocol::{
+    unix_now, Batch, MetricDef, MetricId, RunId, RunIdentity, RunList, RunStatus, RunUpdate,
+    StatusChange, StepRecord, ToViewer,
+};
+use tokio::sync::{broadcast, mpsc};
+
+/// Live events per run a viewer may fall behind before it is resynchronised from storage.
+const LIVE_CAPACITY: usize = 512;
+const UPDATES_CAPACITY: usize = 1024;
+/// A writer silent this long no longer holds its run: a new collector may take it over (the
+/// old connection is presumed half-open). Three missed heartbeats at the default 5 s.
+const WRITER_SILENCE_S: f64 = 15.0;
+
+/// How run status is judged.
+#[derive(Clone, Debug)]
+pub struct StatusPolicy {
+    /// A running run that sent nothing (not even a heartbeat) for this long is stale.
+    pub stale_after: Duration,
+    /// A stale run that stays silent this long (counted from its last sign of life) is marked
+    /// failed: its process is presumed dead. `None` keeps it stale.
+    pub fail_after: Option<Duration>,
+}
+
+/// Why the hub refused something a collector sent.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("metric id {id} is already defined as {existing:?}, not {new:?}")]
+    MetricRedefined {
+        id: u32,
+        existing: String,
+        new: String,
+    },
+    #[error("batch {seq} uses metric id {id}, which was never defined")]
+    UndefinedMetric { seq: u64, id: u32 },
+    #[error("batch {got} arrived after batch {last}: sequence numbers must not skip")]
+    SequenceGap { got: u64, last: u64 },
+    #[error("{0}")]
+    Limit(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What became of a batch.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Appended {
+    Stored,
+    /// Already stored earlier, identical (a resend after a lost ack); nothing changed.
+    Duplicate,
+}
+
+pub struct Hub {
+    pub store: Store,
+    pub limits: HubLimits,
+    policy: StatusPolicy,
+    rules: crate::alerts::Rules,
+    notifier: crate::notify::Notifier,
+    runs: RwLock<HashMap<RunId, Arc<Run>>>,
+    updates: broadcast::Sender<Bytes>,
+    judge: mpsc::Sender<Job>,
+    /// Jobs the judge could not take (it was a whole channel behind).
+    pub unjudged: AtomicU64,
+}
+
+fn encode(msg: ToViewer) -> Bytes {
+    Bytes::from(msg.encode())
+}
+
+impl Hub {
+    /// Builds the hub over an opened store and the runs it held, and starts its judge.
+    pub fn new(
+        store: Store,
+        stored: Vec<crate::store::StoredRun>,
+        policy: StatusPolicy,
+        alerts: &crate::notify::AlertsConfig,
+        limits: HubLimits,
+    ) -> Arc<Hub> {
+        let (hub, jobs) = Hub::unjudged(store, stored, policy, alerts, limits);
+        tokio::spawn(judge::judge_loop(Arc::downgrade(&hub), jobs));
+        hub
+    }
+
+    /// The hub without its judge task; the receiver gets the judge's jobs.
+    fn unjudged(
+        store: Store,
+        stored: Vec<crate::store::StoredRun>,
+        policy: StatusPolicy,
+        alerts: &crate::notify::AlertsConfig,
+        limits: HubLimits,
+    ) -> (Arc<Hub>, mpsc::Receiver<Job>) {
+        let runs = stored
+            .into_iter()
+            .map(|s| {
+                let mut state = RunState::new(s.identity, s.tail, s.metrics);
+                state.status = s.status;
+                state.status_message = s.status_message;
+                state.last_activity = s.last_activity;
+                state.dirty = false;
+                let run = Run::new(s.key, state);
+                (run.state(|st| st.identity.run_id.clone()), Arc::new(run))
+            })
+            .collect();
+        let (judge, jobs) = mpsc::channel(judge::JUDGE_CAPACITY);
+        let hub = Arc::new(Hub {
+            store,
+            limits,
+            policy,
+            rules: alerts.rules.clone(),
+            notifier: crate::notify::Notifier::start(alerts),
+            runs: RwLock::new(runs),
+            updates: broadcast::channel(UPDATES_CAPACITY).0,
+            judge,
+            unjudged: AtomicU64::new(0),
+        });
+        (hub, jobs)
+    }
+
+    pub fn run(&self, id: &RunId) -> Option<Arc<Run>> {
+        self.runs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    pub fn runs(&self) -> Vec<Arc<Run>> {
+        let mut runs: Vec<_> = self
+            .runs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        runs.sort_by_key(|r| r.key);
+        runs
+    }
+
+    pub fn run_list(&self) -> RunList {
+        RunList {
+            runs: self
+                .runs()
+                .iter()
+                .map(|r| r.state(RunState::summary))
+                .collect(),
+            now: unix_now(),
+        }
+    }
+
+    /// Run-list updates, as encoded [`ToViewer`] frames.
+    pub fn subscribe_updates(&self) -> broadcast::Receiver<Bytes> {
+        self.updates.subscribe()
+    }
+
+    fn publish_update(&self, run: &Run) {
+        let summary = run.state_mut(|st| {
+            st.dirty = false;
+            st.summary()
+        });
+        let _ = self.updates.send(encode(ToViewer::RunUpdate(RunUpdate {
+            run: summary,
+            now: unix_now(),
+        })));
+    }
+
+    fn publish_status(&self, run: &Run, change: StatusChange) {
+        let _ = run.live.send(LiveEvent::Status(change));
+        self.publish_update(run);
+    }
+
+    /// Whether a new run of `project` fits the run limits; the error names the limit.
+    fn room_for_run(&self, project: &str) -> Result<(), IngestError> {
+        let runs = self.runs.read().unwrap_or_else(|e| e.into_inner());
+        if runs.len() >= self.limits.runs {
+            return Err(IngestError::Limit(format!(
+                "the hub holds {} runs, its limit (limit runs)",
+                runs.len()
+            )));
+        }
+        let in_project = runs
+            .values()
+            .filter(|r| r.state(|st| st.identity.project == project))
+            .count();
+        if in_project >= self.limits.runs_per_project {
+            return Err(IngestError::Limit(format!(
+                "project {project:?} has {in_project} runs, its limit (limit runs_per_project)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A collector said hello on connection `connection` of writer `writer`: creates the run
+    /// or brings it back to running, and makes that connection its writer. A second live
+    /// writer (another process) is refused; the same writer takes over from its own stale
+    /// connection.
+    pub async fn open_run(
+        &self,
+        identity: RunIdentity,
+        writer: u64,
+        connection: u64,
+    ) -> Result<Arc<Run>, IngestError> {
+        self.limits
+            .wire
+            .check_identity(&identity)
+            .map_err(IngestError::Limit)?;
+        let now = unix_now();
+        let existing = self.run(&identity.run_id);
+        if let Some(run) = &existing {
+            let holder = run.state(|st| st.writer.map(|w| (w, now - st.last_activity)));
+            if let Some(((other, _), silent)) = holder {
+                if other != writer && silent < WRITER_SILENCE_S {
+                    return Err(IngestError::Conflict(format!(
+                        "run {} is being written by another collector (heard from {silent:.1} s \
+                         ago); use another run id, or stop the other writer",
+                        identity.run_id
+                    )));
+                }
+            }
+        } else {
+            self.room_for_run(&identity.project)?;
+        }
+        let key = self.store.upsert_run(identity.clone(), now).await?;
+        let run = match existing {
+            Some(run) => {
+                let (was, resolved) = run.state_mut(|st| {
+                    let was = st.status;
+                    // A resumed run keeps the start time it was archived under.
+                    let started_at = st.identity.started_at;
+                    st.identity = identity.clone();
+                    st.identity.started_at = started_at;
+                    st.status = RunStatus::Running;
+                    st.status_message = None;
+                    st.last_activity = now;
+                    st.writer = Some((writer, connection));
+                    let step = st.tail.last_step.unwrap_or(0);
+                    (was, st.rules.stale(&self.rules, false, step, "", now))
+                });
+                if let Some(event) = resolved {
+                    self.judge(Job::Event {
+                        run: run.clone(),
+                        event,
+                    });
+                }
+                if was != RunStatus::Running {
+                    tracing::info!(run = %identity.run_id, from = was.as_str(), "run is running again");
+                }
+                run
+            }
+            None => {
+                tracing::info!(run = %identity.run_id, project = %identity.project, name = %identity.name, "new run");
+                let mut state = RunState::new(identity.clone(), RunTail::default(), Vec::new());
+                state.last_activity = now;
+                let run = Arc::new(Run::new(key, state));
+                let run = self
+                    .runs
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(identity.run_id.clone())
+                    .or_insert(run)
+                    .clone();
+                // Two first hellos for one new id raced: the loser is a second writer.
+                let mine = run.state_mut(|st| match st.writer {
+                    Some((w, _)) if w != writer => false,
+                    _ => {
+                        st.writer = Some((writer, connection));
+                        true
+                    }
+                });
+                if !mine {
+                    return Err(IngestError::Conflict(format!(
+                        "run {} is being written by another collector",
+                        identity.run_id
+                    )));
+                }
+                run
+            }
+        };
+        self.publish_status(
+            &run,
+            StatusChange {
+                run_id: identity.run_id,
+                status: RunStatus::Running,
+                message: None,
+                at: now,
+            },
+        );
+        Ok(run)
+    }
+
+    /// Adds metric definitions. Checks the count first, then each name and id in one pass.
+    pub async fn define_metrics(&self, run: &Run, defs: Vec<MetricDef>) -> Result<(), IngestError> {
+        let limits = &self.limits.wire;
+        let _guard = run.ingest.lock().await;
+        let defined = run.state(|st| st.metrics.len());
+        if defs.len() > limits.run_metrics as usize {
+            return Err(IngestError::Limit(format!(
+                "{} metric definitions at once; a run may define at most {} (limit run_metrics)",
+                defs.len(),
+                limits.run_metrics
+            )));
+        }
+        if let Some(d) = defs
+            .iter()
+            .find(|d| d.name.len() > limits.name_bytes as usize)
+        {
+            return Err(IngestError::Limit(format!(
+                "metric name of {} bytes; the limit is {} (limit name_bytes)",
+                d.name.len(),
+                limits.name_bytes
+            )));
+        }
+        let mut seen: HashMap<MetricId, &str> = HashMap::with_capacity(defs.len());
+        let fresh = run.state(|st| -> Result<Vec<MetricDef>, IngestError> {
+            let mut fresh = Vec::new();
+            for d in &defs {
+                let known = st.metric_name(d.id).or_else(|| seen.get(&d.id).copied());
+                match known {
+                    Some(name) if name == d.name => {}
+                    Some(name) => {
+                        return Err(IngestError::MetricRedefined {
+                            id: d.id.0,
+                            existing: name.to_string(),
+                            new: d.name.clone(),
+                        })
+                    }
+                    None => {
+                        seen.insert(d.id, &d.name);
+                        fresh.push(d.clone());
+                    }
+                }
+            }
+            Ok(fresh)
+        })?;
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        if defined + fresh.len() > limits.run_metrics as usize {
+            return Err(IngestError::Limit(format!(
+                "the run has {defined} metrics and defines {} more; the limit is {} (limit \
+                 run_metrics)",
+                fresh.len(),
+                limits.run_metrics
+            )));
+        }
+        self.store.define_metrics(run.key, fresh.clone()).await?;
+        run.state_mut(|st| {
+            st.metrics.extend(fresh.iter().cloned());
+            st.metrics.sort_by_key(|m| m.id);
+            st.last_activity = unix_now();
+        });
+        let _ = run.live.send(LiveEvent::Metrics(fresh));
+        Ok(())
+    }
+
+    /// Checks a batch against the limits and the run's metric table.
+    fn check_batch(&self, st: &RunState, batch: &Batch) -> Result<(), IngestError> {
+        let limits = &self.limits.wire;
+        if batch.records.len() > limits.batch_records as usize {
+            return Err(IngestError::Limit(format!(
+                "batch {} holds {} records; the limit is {} (limit batch_records)",
+                batch.seq,
+                batch.records.len(),
+                limits.batch_records
+            )));
+        }
+        let mut ids: Vec<MetricId> = Vec::new();
+        for r in &batch.records {
+            if r.values.len() > limits.record_values as usize {
+                return Err(IngestError::Limit(format!(
+                    "a record of batch {} (step {}) holds {} values; the limit is {} (limit \
+                     record_values)",
+                    batch.seq,
+                    r.step,
+                    r.values.len(),
+                    limits.record_values
+                )));
+            }
+            ids.clear();
+            ids.extend(r.values.iter().map(|&(id, _)| id));
+            ids.sort_unstable();
+            if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                return Err(IngestError::Limit(format!(
+                    "a record of batch {} (step {}) carries metric id {} twice",
+                    batch.seq, r.step, w[0].0
+                )));
+            }
+            if let Some(&id) = ids.iter().find(|&&id| st.metric_name(id).is_none()) {
+                return Err(IngestError::UndefinedMetric {
+                    seq: batch.seq,
+                    id: id.0,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a batch (unless it is a resend of one already stored), then publishes it. The
+    /// caller acknowledges when this returns `Ok`: nothing here waits for anything but the
+    /// store (the alert rules run on the judge's task).
+    pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
+        let _guard = run.ingest.lock().await;
+        let (last, tail, run_id) = run.state(|st| -> Result<_, IngestError> {
+            let last = st.tail.last_seq;
+            if batch.seq <= last {
+                return Ok((last, None, st.identity.run_id.clone()));
+            }
+            if batch.seq != last + 1 {
+                return Err(IngestError::SequenceGap {
+                    got: batch.seq,
+                    last,
+                });
+            }
+            self.check_batch(st, &batch)?;
+            Ok((
+                last,
+                Some(st.tail.after(batch.seq, &batch.records)),
+                st.identity.run_id.clone(),
+            ))
+        })?;
+        let Some(tail) = tail else {
+            // A resend must be what was stored: anything else is a second writer (or a
+            // collector that renumbered wrongly), and acknowledging it would lose its data.
+            let stored = self.store.batch(run.key, batch.seq).await?;
+            if stored
+                .as_deref()
+                .is_some_and(|s| same_records(s, &batch.records))
+            {
+                tracing::debug!(run = %run_id, seq = batch.seq, last, "duplicate batch ignored");
+                return Ok(Appended::Duplicate);
+            }
+            tracing::warn!(run = %run_id, seq = batch.seq, "a resent batch differs from the stored one");
+            return Err(IngestError::Conflict(format!(
+                "batch {} was already stored with other records: another collector writes run \
+                 {run_id}, or this one lost track of its sequence numbers",
+                batch.seq
+            )));
+        };
+        let seq = batch.seq;
+        let records: Arc<[StepRecord]> = batch.records.into();
+        self.store
+            .append_batch(run.key, seq, records.clone(), tail.clone())
+            .await?;
+        let now = unix_now();
+        let (revived, resolved) = run.state_mut(|st| {
+            st.tail = tail;
+            st.dirty = true;
+            heard_from(st, &self.rules, now)
+        });
+        let frame = encode(ToViewer::Live(stepstream_protocol::Live {
+            run_id,
+            seq,
+            records: records.to_vec(),
+        }));
+        let _ = run.live.send(LiveEvent::Batch {
+            seq,
+            records: records.clone(),
+            frame,
+        });
+        if revived {
+            self.judge(Job::Revived {
+                run: run.clone(),
+                now,
+                resolved,
+            });
+        }
+        self.judge(Job::Records {
+            run: run.clone(),
+            records,
+            now,
+        });
+        Ok(Appended::Stored)
+    }
+
+    /// The collector is alive (a heartbeat, or any frame).
+    pub fn heartbeat(&self, run: &Arc<Run>) {
+        let now = unix_now();
+        let (revived, resolved) = run.state_mut(|st| heard_from(st, &self.rules, now));
+        self.store.touch(run.key, now);
+        if revived {
+            self.judge(Job::Revived {
+                run: run.clone(),
+                now,
+                resolved,
+            });
+        }
+    }
+
+    /// Records that the hub lost acknowledged data of a run: an alert every viewer of the run
+    /// sees and every channel is told of.
+    pub fn note_loss(&self, run: &Arc<Run>, message: String) {
+        let step = run.state(|st| st.tail.last_step.unwrap_or(0));
+        self.judge(Job::Event {
+            run: run.clone(),
+            event: crate::alerts::Event::Fired {
+                rule: "data_loss",
+                step,
+                value: f64::NAN,
+                message,
+            },
+        });
+    }
+
+    /// Ends a run with the status its collector reported.
+    pub async fn finish(
+        &self,
+        run: &Run,
+        status: RunStatus,
+        message: Option<String>,
+    ) -> Result<(), StoreError> {
+        let now = unix_now();
+        let mut message = message;
+        if let Some(m) = message.as_mut() {
+            truncate(m, self.limits.wire.name_bytes as usize * 8);
+        }
+        self.store
+            .set_status(run.key, status, message.clone(), now)
+            .await?;
+        let run_id = run.state_mut(|st| {
+            st.status = status;
+            st.status_message = message.clone();
+            st.last_activity = now;
+            st.identity.run_id.clone()
+        });
+        tracing::info!(run = %run_id, status = status.as_str(), "run ended");
+        self.publish_status(
+            run,
+            StatusChange {
+                run_id,
+                status,
+                message,
+                at: now,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The run's collector was heard from: a stale run is running again. Returns whether it was
+/// stale, and the stale alert's resolution, judged under the same lock as the status flip so
+/// it cannot race the tick.
+fn heard_from(
+    st: &mut RunState,
+    rules: &crate::alerts::Rules,
+    now: f64,
+) -> (bool, Option<crate::alerts::Event>) {
+    st.last_activity = now;
+    if st.status != RunStatus::Stale {
+        return (false, None);
+    }
+    st.status = RunStatus::Running;
+    st.status_message = None;
+    let step = st.tail.last_step.unwrap_or(0);
+    (true, st.rules.stale(rules, false, step, "", now))
+}
+
+/// Records equal bit for bit (NaN equals NaN of the same bits).
+fn same_records(a: &[StepRecord], b: &[StepRecord]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.step == y.step
+                && x.wall_time.to_bits() == y.wall_time.to_bits()
+                && x.values.len() == y.values.len()
+                && x.values
+                    .iter()
+                    .zip(&y.values)
+                    .all(|(p, q)| p.0 == q.0 && p.1.to_bits() == q.1.to_bits())
+        })
+}
+
+/// Cuts `s` to at most `max` bytes, on a character boundary.
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! One run in the hub's memory: its store key, its live channel, its state, and who writes it.
+
+use crate::store::{RunKey, RunTail};
+use axum::body::Bytes;
+use std::sync::{Arc, Mutex};
+use stepstream_protocol::{MetricDef, MetricId, RunIdentity, RunStatus, RunSummary, StepRecord};
+use tokio::sync::broadcast;
+
+/// Something that happened to one run, as its subscribers receive it.
+#[derive(Clone, Debug)]
+pub enum LiveEvent {
+    Batch {
+        seq: u64,
+        records: Arc<[StepRecord]>,
+        /// The `ToViewer::Live` frame of the whole batch, encoded once for every viewer
+        /// that takes all metrics.
+        frame: Bytes,
+    },
+    Metrics(Vec<MetricDef>),
+    Status(stepstream_protocol::StatusChange),
+    Alert(stepstream_protocol::Alert),
+}
+
+pub struct RunState {
+    pub identity: RunIdentity,
+    pub status: RunStatus,
+    pub status_message: Option<String>,
+    /// Hub clock, unix seconds, of the last frame from the run's collector.
+    pub last_activity: f64,
+    pub tail: RunTail,
+    /// Sorted by id.
+    pub metrics: Vec<MetricDef>,
+    /// Changed since the last run-list update was published.
+    pub(super) dirty: bool,
+    /// The alert rules' state for this run.
+    pub(super) rules: crate::alerts::RunRules,
+    /// The collector connection writing this run: its process's writer id and a connection
+    /// number; `None` when no collector is connected.
+    pub(super) writer: Option<(u64, u64)>,
+}
+
+impl RunState {
+    pub(super) fn new(identity: RunIdentity, tail: RunTail, metrics: Vec<MetricDef>) -> RunState {
+        let rules = crate::alerts::RunRules::new(&identity.config_json);
+        RunState {
+            identity,
+            status: RunStatus::Running,
+            status_message: None,
+            last_activity: 0.0,
+            tail,
+            metrics,
+            dirty: true,
+            rules,
+            writer: None,
+        }
+    }
+
+    pub fn metric_name(&self, id: MetricId) -> Option<&str> {
+        self.metrics
+            .binary_search_by_key(&id, |m| m.id)
+            .ok()
+            .map(|i| self.metrics[i].name.as_str())
+    }
+
+    pub fn summary(&self) -> RunSummary {
+        let id = &self.identity;
+        RunSummary {
+            run_id: id.run_id.clone(),
+            project: id.project.clone(),
+            name: id.name.clone(),
+            host: id.host.clone(),
+            rank: id.rank,
+            world_size: id.world_size,
+            job: id.job.clone(),
+            framework: id.framework.clone(),
+            started_at: id.started_at,
+            status: self.status,
+            status_message: self.status_message.clone(),
+            last_step: self.tail.last_step,
+            last_point_at: self.tail.last_point_at,
+            last_values: self
+                .tail
+                .last_values
+                .iter()
+                .filter_map(|(&m, &v)| Some((self.metric_name(m)?.to_string(), v)))
+                .collect(),
+            records: self.tail.records,
+        }
+    }
+}
+
+/// One run: its store key, its live channel and its state.
+pub struct Run {
+    pub key: RunKey,
+    pub live: broadcast::Sender<LiveEvent>,
+    /// Serialises ingest for the run, so two connections for one run (a reconnect racing a
+    /// half-open old socket) cannot interleave a check and a write.
+    pub(super) ingest: tokio::sync::Mutex<()>,
+    pub(super) state: Mutex<RunState>,
+}
+
+impl Run {
+    pub(super) fn new(key: RunKey, state: RunState) -> Run {
+        Run {
+            key,
+            live: broadcast::channel(super::LIVE_CAPACITY).0,
+            ingest: tokio::sync::Mutex::new(()),
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Reads the state. A panic elsewhere while the lock was held does not make the run
+    /// unreadable: the state is plain data, kept consistent by each short critical section.
+    pub fn state<T>(&self, f: impl FnOnce(&RunState) -> T) -> T {
+        f(&self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(super) fn state_mut<T>(&self, f: impl FnOnce(&mut RunState) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Ends a collector connection's claim on the run, if it still holds it.
+    pub fn release_writer(&self, connection: u64) {
+        self.state_mut(|st| {
+            if st.writer.is_some_and(|(_, c)| c == connection) {
+                st.writer = None;
+            }
+        });
+    }
+}

@@ -1,0 +1,189 @@
+//! The hub's refusals and its acknowledgement path, against a real store.
+
+use super::*;
+use crate::limits::HubLimits;
+use stepstream_protocol::Limits;
+
+fn identity(id: &str, project: &str) -> RunIdentity {
+    RunIdentity {
+        run_id: RunId::new(id).unwrap(),
+        project: project.into(),
+        name: "n".into(),
+        config_json: "{}".into(),
+        host: "h".into(),
+        rank: 0,
+        world_size: 1,
+        job: String::new(),
+        framework: String::new(),
+        started_at: 1.0,
+    }
+}
+
+fn def(id: u32, name: &str) -> MetricDef {
+    MetricDef {
+        id: MetricId(id),
+        name: name.into(),
+    }
+}
+
+fn batch(seq: u64, values: Vec<(MetricId, f64)>) -> Batch {
+    Batch {
+        seq,
+        records: vec![StepRecord {
+            step: seq as i64,
+            wall_time: 1.0,
+            values,
+        }],
+    }
+}
+
+/// A hub over a fresh database, with its judge's jobs left undrained.
+fn hub(limits: HubLimits) -> (Arc<Hub>, mpsc::Receiver<Job>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
+    let policy = StatusPolicy {
+        stale_after: Duration::from_secs(30),
+        fail_after: None,
+    };
+    let (hub, jobs) = Hub::unjudged(store, runs, policy, &Default::default(), limits);
+    (hub, jobs, dir)
+}
+
+#[tokio::test]
+async fn acknowledgements_never_wait_for_the_alert_judge() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    hub.define_metrics(&run, vec![def(0, "loss")])
+        .await
+        .unwrap();
+    // Every record fires or resolves an alert; nobody drains the judge. Appends must still
+    // complete: more of them than the judge's channel holds.
+    let n = judge::JUDGE_CAPACITY as u64 + 500;
+    for seq in 1..=n {
+        let v = if seq % 2 == 0 { f64::NAN } else { 1.0 };
+        let done = tokio::time::timeout(
+            Duration::from_secs(5),
+            hub.append(&run, batch(seq, vec![(MetricId(0), v)])),
+        )
+        .await
+        .expect("an append waited on the judge");
+        assert_eq!(done.unwrap(), Appended::Stored);
+    }
+    assert!(hub.unjudged.load(std::sync::atomic::Ordering::Relaxed) >= 500);
+}
+
+#[tokio::test]
+async fn records_over_the_limits_are_refused_and_never_stored() {
+    let limits = HubLimits {
+        wire: Limits {
+            record_values: 3,
+            ..Limits::default()
+        },
+        ..HubLimits::default()
+    };
+    let (hub, _jobs, _dir) = hub(limits);
+    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    let defs = (0..5).map(|i| def(i, &format!("m{i}"))).collect();
+    hub.define_metrics(&run, defs).await.unwrap();
+    let wide = (0..4).map(|i| (MetricId(i), 1.0)).collect();
+    let err = hub.append(&run, batch(1, wide)).await.unwrap_err();
+    assert!(err.to_string().contains("record_values"), "{err}");
+    let twice = vec![(MetricId(1), 1.0), (MetricId(1), 2.0)];
+    let err = hub.append(&run, batch(1, twice)).await.unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+    let undefined = vec![(MetricId(9), 1.0)];
+    assert!(matches!(
+        hub.append(&run, batch(1, undefined)).await,
+        Err(IngestError::UndefinedMetric { .. })
+    ));
+    assert_eq!(run.state(|st| st.tail.last_seq), 0, "nothing was stored");
+    let ok = vec![(MetricId(0), 1.0), (MetricId(2), 2.0)];
+    assert_eq!(
+        hub.append(&run, batch(1, ok)).await.unwrap(),
+        Appended::Stored
+    );
+}
+
+#[tokio::test]
+async fn too_many_metric_definitions_are_refused_before_any_work() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    let many: Vec<MetricDef> = (0..70_000).map(|i| def(i, "m")).collect();
+    let t = std::time::Instant::now();
+    let err = hub.define_metrics(&run, many).await.unwrap_err();
+    assert!(err.to_string().contains("run_metrics"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let long = vec![def(0, &"x".repeat(600))];
+    assert!(hub
+        .define_metrics(&run, long)
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("name_bytes"));
+    // Within the limit, in one pass (duplicates of one definition are fine).
+    let ok: Vec<MetricDef> = (0..10_000).map(|i| def(i, &format!("m{i}"))).collect();
+    hub.define_metrics(&run, ok.clone()).await.unwrap();
+    hub.define_metrics(&run, ok).await.unwrap();
+    let one_more = hub.define_metrics(&run, vec![def(10_000, "extra")]).await;
+    assert!(one_more.unwrap_err().to_string().contains("run_metrics"));
+}
+
+#[tokio::test]
+async fn a_second_live_writer_is_refused_and_a_mismatched_resend_detected() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = hub.open_run(identity("r", "p"), 111, 1).await.unwrap();
+    hub.define_metrics(&run, vec![def(0, "loss")])
+        .await
+        .unwrap();
+    hub.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
+        .await
+        .unwrap();
+    // Another process, same run id, while the first is connected and talking.
+    let err = hub
+        .open_run(identity("r", "p"), 222, 2)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, IngestError::Conflict(_)), "{err}");
+    // The same writer reconnecting (its old socket half-open) takes over.
+    let again = hub.open_run(identity("r", "p"), 111, 3).await.unwrap();
+    // A resend of what is stored is a duplicate; different records under a stored seq are not.
+    assert_eq!(
+        hub.append(&again, batch(1, vec![(MetricId(0), 1.0)]))
+            .await
+            .unwrap(),
+        Appended::Duplicate
+    );
+    let err = hub
+        .append(&again, batch(1, vec![(MetricId(0), 2.0)]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IngestError::Conflict(_)), "{err}");
+    // Once the writer's connection ends, another process may resume the run.
+    run.release_writer(1);
+    again.release_writer(3);
+    hub.open_run(identity("r", "p"), 222, 4).await.unwrap();
+}
+
+#[tokio::test]
+async fn run_and_identity_limits() {
+    let limits = HubLimits {
+        runs: 3,
+        runs_per_project: 2,
+        ..HubLimits::default()
+    };
+    let (hub, _jobs, _dir) = hub(limits);
+    hub.open_run(identity("a1", "a"), 1, 1).await.unwrap();
+    hub.open_run(identity("a2", "a"), 2, 2).await.unwrap();
+    let err = hub.open_run(identity("a3", "a"), 3, 3).await.err().unwrap();
+    assert!(err.to_string().contains("runs_per_project"), "{err}");
+    hub.open_run(identity("b1", "b"), 4, 4).await.unwrap();
+    let err = hub.open_run(identity("c1", "c"), 5, 5).await.err().unwrap();
+    assert!(err.to_string().contains("limit runs)"), "{err}");
+    // A known run comes back whatever the counts.
+    hub.open_run(identity("a1", "a"), 1, 6).await.unwrap();
+    let mut big = identity("b2", "b");
+    big.config_json = format!("{{\"x\":\"{}\"}}", "y".repeat(200_000));
+    let err = hub.open_run(big, 7, 7).await.err().unwrap();
+    assert!(err.to_string().contains("config_bytes"), "{err}");
+}

@@ -1,0 +1,169 @@
+//! The hub's limits: what one collector, one run, one project and one address may use.
+//!
+//! Every limit is enforced where its input arrives, before any work proportional to it, and
+//! refused with an error frame (or an HTTP 429) that names the limit and a log line. The wire
+//! limits travel to collectors in `Welcome`, so a collector keeps to them instead of being
+//! refused. Set with `--limit NAME=VALUE` (repeatable).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use stepstream_protocol::Limits;
+
+/// Every limit of one hub.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HubLimits {
+    /// What a collector must keep to (sent in `Welcome`).
+    pub wire: Limits,
+    /// Runs the hub keeps, in all.
+    pub runs: usize,
+    /// Runs one project may have.
+    pub runs_per_project: usize,
+    /// Open WebSockets (collectors and viewers) from one address.
+    pub connections_per_addr: usize,
+    /// The largest point budget a viewer may ask for.
+    pub viewer_budget: u32,
+}
+
+impl Default for HubLimits {
+    fn default() -> HubLimits {
+        HubLimits {
+            wire: Limits::default(),
+            runs: 100_000,
+            runs_per_project: 20_000,
+            connections_per_addr: 1024,
+            viewer_budget: 100_000,
+        }
+    }
+}
+
+/// The names `--limit` takes, with what each bounds.
+pub const NAMES: &[(&str, &str)] = &[
+    ("record_values", "values in one record (at most 65535)"),
+    ("run_metrics", "metrics one run may define"),
+    (
+        "name_bytes",
+        "bytes of a metric, project, run, host, job or framework name",
+    ),
+    ("config_bytes", "bytes of a run's config JSON"),
+    ("batch_records", "records in one batch"),
+    ("runs", "runs the hub keeps"),
+    ("runs_per_project", "runs one project may have"),
+    ("connections_per_addr", "open WebSockets from one address"),
+    ("viewer_budget", "points per metric a viewer may ask for"),
+];
+
+impl HubLimits {
+    /// Applies one `NAME=VALUE`.
+    pub fn set(&mut self, spec: &str) -> Result<(), String> {
+        let known = || NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+        let (name, value) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--limit {spec:?}: use NAME=VALUE (names: {})", known()))?;
+        let value: u64 = value
+            .trim()
+            .replace('_', "")
+            .parse()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| format!("--limit {spec:?}: the value must be a positive integer"))?;
+        let small = |v: u64| u32::try_from(v).map_err(|_| format!("--limit {spec:?} is too large"));
+        match name.trim() {
+            "record_values" => {
+                if value > u64::from(stepstream_protocol::limits::MAX_RECORD_VALUES) {
+                    return Err(format!(
+                        "--limit {spec:?}: a record holds at most {} values",
+                        stepstream_protocol::limits::MAX_RECORD_VALUES
+                    ));
+                }
+                self.wire.record_values = small(value)?;
+            }
+            "run_metrics" => self.wire.run_metrics = small(value)?,
+            "name_bytes" => self.wire.name_bytes = small(value)?,
+            "config_bytes" => self.wire.config_bytes = small(value)?,
+            "batch_records" => self.wire.batch_records = small(value)?,
+            "runs" => self.runs = value as usize,
+            "runs_per_project" => self.runs_per_project = value as usize,
+            "connections_per_addr" => self.connections_per_addr = value as usize,
+            "viewer_budget" => self.viewer_budget = small(value)?,
+            other => {
+                return Err(format!(
+                    "--limit: unknown limit {other:?} (names: {})",
+                    known()
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Open WebSockets per peer address.
+#[derive(Default)]
+pub struct Connections {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One open WebSocket, counted until dropped.
+pub struct Slot {
+    owner: Arc<Connections>,
+    addr: IpAddr,
+}
+
+impl Connections {
+    /// A slot for one more connection from `addr`, or `None` when it has `limit` open.
+    pub fn acquire(self: &Arc<Self>, addr: IpAddr, limit: usize) -> Option<Slot> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(addr).or_default();
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            owner: self.clone(),
+            addr,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.owner.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.addr);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_parses_and_refuses() {
+        let mut l = HubLimits::default();
+        l.set("run_metrics=300").unwrap();
+        l.set("connections_per_addr = 4").unwrap();
+        assert_eq!(l.wire.run_metrics, 300);
+        assert_eq!(l.connections_per_addr, 4);
+        assert!(l.set("record_values=70000").unwrap_err().contains("65535"));
+        assert!(l.set("nope=1").unwrap_err().contains("unknown"));
+        assert!(l.set("runs=0").is_err());
+        assert!(l.set("runs").is_err());
+    }
+
+    #[test]
+    fn slots_are_counted_per_address_and_freed() {
+        let c = Arc::new(Connections::default());
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let b: IpAddr = "127.0.0.2".parse().unwrap();
+        let s1 = c.acquire(a, 2).unwrap();
+        let _s2 = c.acquire(a, 2).unwrap();
+        assert!(c.acquire(a, 2).is_none());
+        assert!(c.acquire(b, 2).is_some());
+        drop(s1);
+        assert!(c.acquire(a, 2).is_some());
+    }
+}
