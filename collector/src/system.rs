@@ -1,45 +1,47 @@
-//! System metrics sampled on their own thread: host CPU and memory from `/proc`, and NVIDIA
-//! accelerators (memory, utilisation, temperature, power) through `nvidia-smi`, NVML's
+//! System metrics sampled on their own thread: host CPU and memory through `sysinfo`, and
+//! NVIDIA accelerators (memory, utilisation, temperature, power) through `nvidia-smi`, NVML's
 //! command-line front end, when it is installed. Absent sources are skipped silently.
 
 use crate::Collector;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Stops the sampler when dropped.
+/// Stops the sampler when dropped (its thread wakes at once: it waits on this channel).
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    _stop: mpsc::Sender<()>,
 }
 
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+/// Host CPU and memory, read through `sysinfo`.
+struct Host {
+    system: sysinfo::System,
+}
+
+impl Host {
+    fn new() -> Host {
+        let mut system = sysinfo::System::new();
+        // CPU usage is a difference between two readings: take the first now.
+        system.refresh_cpu_usage();
+        Host { system }
     }
-}
 
-/// `(busy, total)` jiffies of all CPUs.
-fn cpu_times() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let idle = v.get(3)? + v.get(4).unwrap_or(&0);
-    let total: u64 = v.iter().take(8).sum();
-    Some((total - idle, total))
-}
-
-/// `(used, total)` bytes of host memory.
-fn memory() -> Option<(f64, f64)> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<f64> {
-        let line = info.lines().find(|l| l.starts_with(name))?;
-        Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? * 1024.0)
-    };
-    let total = field("MemTotal:")?;
-    Some((total - field("MemAvailable:")?, total))
+    /// `sys/cpu_percent` since the last sample, `sys/mem_used_gb`, `sys/mem_percent`.
+    fn sample(&mut self, values: &mut Vec<(String, f64)>) {
+        self.system.refresh_cpu_usage();
+        self.system.refresh_memory();
+        let cpu = f64::from(self.system.global_cpu_usage());
+        if cpu.is_finite() {
+            values.push(("sys/cpu_percent".into(), cpu));
+        }
+        let (used, total) = (
+            self.system.used_memory() as f64,
+            self.system.total_memory() as f64,
+        );
+        if total > 0.0 {
+            values.push(("sys/mem_used_gb".into(), used / 1e9));
+            values.push(("sys/mem_percent".into(), 100.0 * used / total));
+        }
+    }
 }
 
 /// One line per GPU: index, memory used and total (MiB), utilisation %, temperature °C, power W.
@@ -84,8 +86,7 @@ fn parse_nvidia(text: &str) -> Vec<(String, f64)> {
 
 /// Samples every `every` into `collector` until the returned guard is dropped.
 pub fn start(collector: Arc<Collector>, every: Duration) -> Sampler {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+    let (stop, stopped) = mpsc::channel::<()>();
     let has_nvidia = std::process::Command::new("nvidia-smi")
         .arg("-L")
         .stdout(std::process::Stdio::null())
@@ -95,31 +96,11 @@ pub fn start(collector: Arc<Collector>, every: Duration) -> Sampler {
     let _ = std::thread::Builder::new()
         .name("stepstream-system".into())
         .spawn(move || {
-            let mut last_cpu = cpu_times();
-            let tick = Duration::from_millis(100);
-            'outer: loop {
-                let mut waited = Duration::ZERO;
-                while waited < every {
-                    if flag.load(Ordering::Relaxed) {
-                        break 'outer;
-                    }
-                    std::thread::sleep(tick);
-                    waited += tick;
-                }
+            let mut host = Host::new();
+            // Each wait ends at the next sample, or at once when the guard is dropped.
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                 let mut values: Vec<(String, f64)> = Vec::new();
-                if let (Some((b0, t0)), Some((b1, t1))) = (last_cpu, cpu_times()) {
-                    if t1 > t0 {
-                        values.push((
-                            "sys/cpu_percent".into(),
-                            100.0 * (b1 - b0) as f64 / (t1 - t0) as f64,
-                        ));
-                    }
-                }
-                last_cpu = cpu_times();
-                if let Some((used, total)) = memory() {
-                    values.push(("sys/mem_used_gb".into(), used / 1e9));
-                    values.push(("sys/mem_percent".into(), 100.0 * used / total));
-                }
+                host.sample(&mut values);
                 if has_nvidia {
                     values.extend(nvidia());
                 }
@@ -129,7 +110,7 @@ pub fn start(collector: Arc<Collector>, every: Duration) -> Sampler {
                 }
             }
         });
-    Sampler { stop }
+    Sampler { _stop: stop }
 }
 
 #[cfg(test)]
@@ -138,10 +119,16 @@ mod tests {
 
     #[test]
     fn host_metrics_read() {
-        let (busy, total) = cpu_times().expect("/proc/stat");
-        assert!(busy <= total && total > 0);
-        let (used, total) = memory().expect("/proc/meminfo");
-        assert!(used > 0.0 && used < total);
+        let mut host = Host::new();
+        std::thread::sleep(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
+        let mut values = Vec::new();
+        host.sample(&mut values);
+        let get = |k: &str| values.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+        let cpu = get("sys/cpu_percent").expect("cpu");
+        assert!((0.0..=100.0).contains(&cpu), "{cpu}");
+        let mem = get("sys/mem_percent").expect("memory");
+        assert!(mem > 0.0 && mem < 100.0, "{mem}");
+        assert!(get("sys/mem_used_gb").unwrap() > 0.0);
     }
 
     #[test]

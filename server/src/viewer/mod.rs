@@ -4,12 +4,13 @@
 //! Per subscription a task first subscribes to the run's live channel, then reads the run's
 //! last stored sequence number `S` and sends the history through `S` from the store, then
 //! forwards live batches with `seq > S`. Every batch is published after it is stored, so no
-//! batch falls between the two and none is sent twice. Each viewer has one bounded outgoing
-//! queue; when it is full the subscription task waits, its live channel lags, and it then
-//! sends a [`Resync`] and the missed batches from the store: a slow viewer costs only itself.
+//! batch falls between the two and none is sent twice. Each viewer has one outgoing queue,
+//! bounded in frames and in bytes; when it is full the subscription task waits, its live
+//! channel lags, and it then sends a [`Resync`] and the missed batches from the store. History
+//! is read in pages, each read finished before its frames are queued: a slow viewer costs
+//! only itself, and a viewer that takes nothing for `WRITE_TIMEOUT` is disconnected.
 
 use crate::auth::Scope;
-use crate::downsample::PerMetric;
 use crate::hub::{Hub, LiveEvent, Run};
 use crate::AppState;
 use axum::body::Bytes;
@@ -17,20 +18,26 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use stepstream_protocol::{
-    unix_now, Backfill, ErrorCode, FromViewer, HubError, Live, MetricDef, MetricId, Metrics,
-    Resync, RunId, Series, StatusChange, StepRecord, Subscribe, ToViewer,
+    unix_now, ErrorCode, FromViewer, HubError, Live, Metrics, Resync, RunId, StatusChange,
+    ToViewer,
 };
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
+mod backfill;
+mod filter;
+
+use backfill::backfill;
+use filter::Filter;
+
 const OUTGOING_CAPACITY: usize = 256;
-/// Values per raw backfill chunk.
-const CHUNK_VALUES: usize = 50_000;
+/// Bytes of frames a viewer's queue holds, at most: a viewer that stops reading costs the
+/// hub this much memory, however long the history it asked for.
+const OUTGOING_BYTES: usize = 8 << 20;
 
 /// A viewer that does not take a frame for this long is disconnected: its queue, its
 /// subscription tasks and their reads are freed.
@@ -86,11 +93,47 @@ fn frame(msg: ToViewer) -> Bytes {
     Bytes::from(msg.encode())
 }
 
+/// The viewer went away.
+#[derive(Debug)]
+struct Closed;
+
+/// A viewer's outgoing queue, bounded in frames and in bytes; each queued frame holds its
+/// share of the byte budget until the socket took it.
+#[derive(Clone)]
+struct Out {
+    tx: mpsc::Sender<(Bytes, OwnedSemaphorePermit)>,
+    bytes: Arc<Semaphore>,
+}
+
+impl Out {
+    fn new() -> (Out, mpsc::Receiver<(Bytes, OwnedSemaphorePermit)>) {
+        let (tx, rx) = mpsc::channel(OUTGOING_CAPACITY);
+        let bytes = Arc::new(Semaphore::new(OUTGOING_BYTES));
+        (Out { tx, bytes }, rx)
+    }
+
+    async fn send(&self, frame: Bytes) -> Result<(), Closed> {
+        let n = frame.len().clamp(1, OUTGOING_BYTES) as u32;
+        let permit = self
+            .bytes
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .map_err(|_| Closed)?;
+        self.tx.send((frame, permit)).await.map_err(|_| Closed)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
 async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let (mut sink, mut stream) = socket.split();
-    let (out, mut outgoing) = mpsc::channel::<Bytes>(OUTGOING_CAPACITY);
+    let (out, mut outgoing) = Out::new();
+    let budget = out.bytes.clone();
     let writer = tokio::spawn(async move {
-        while let Some(bytes) = outgoing.recv().await {
+        while let Some((bytes, _permit)) = outgoing.recv().await {
             match tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Binary(bytes))).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
@@ -100,6 +143,8 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
                 }
             }
         }
+        // Wakes any task waiting for queue room: it then finds the viewer gone.
+        budget.close();
         let _ = sink.close().await;
     });
 
@@ -184,74 +229,9 @@ fn error(code: ErrorCode, message: &str, fatal: bool) -> Bytes {
     }))
 }
 
-/// What of a run a subscription wants.
-#[derive(Clone)]
-struct Filter {
-    names: Option<HashSet<String>>,
-    /// Ids of the wanted names, learnt as metrics are defined; unused when `names` is None.
-    ids: HashSet<MetricId>,
-    from_step: Option<i64>,
-    budget: Option<usize>,
-}
-
-impl Filter {
-    fn new(sub: &Subscribe) -> Filter {
-        Filter {
-            names: sub.metrics.as_ref().map(|m| m.iter().cloned().collect()),
-            ids: HashSet::new(),
-            from_step: sub.from_step,
-            budget: sub.budget.map(|b| b as usize),
-        }
-    }
-
-    /// Learns the ids of wanted metrics; returns the definitions the viewer should get.
-    fn learn(&mut self, defs: &[MetricDef]) -> Vec<MetricDef> {
-        let Some(names) = &self.names else {
-            return defs.to_vec();
-        };
-        let wanted: Vec<MetricDef> = defs
-            .iter()
-            .filter(|d| names.contains(&d.name))
-            .cloned()
-            .collect();
-        self.ids.extend(wanted.iter().map(|d| d.id));
-        wanted
-    }
-
-    fn takes_everything(&self) -> bool {
-        self.names.is_none() && self.from_step.is_none()
-    }
-
-    fn wants(&self, id: MetricId) -> bool {
-        self.names.is_none() || self.ids.contains(&id)
-    }
-
-    fn step_ok(&self, step: i64) -> bool {
-        self.from_step.is_none_or(|from| step >= from)
-    }
-
-    fn records(&self, records: &[StepRecord]) -> Vec<StepRecord> {
-        records
-            .iter()
-            .filter(|r| self.step_ok(r.step))
-            .map(|r| StepRecord {
-                step: r.step,
-                wall_time: r.wall_time,
-                values: r
-                    .values
-                    .iter()
-                    .copied()
-                    .filter(|&(id, _)| self.wants(id))
-                    .collect(),
-            })
-            .filter(|r| !r.values.is_empty())
-            .collect()
-    }
-}
-
 /// Sends a run's history then its live stream to one viewer, until aborted or the viewer
 /// goes away.
-async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sender<Bytes>) {
+async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
     let mut live = run.live.subscribe();
     let (run_id, defs, status, message, through) = run.state(|st| {
         (
@@ -372,195 +352,3 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: mpsc::Sen
     }
 }
 
-/// Sends the stored batches `after < seq <= through` (exactly, or thinned to `budget` points
-/// per metric), in chunks of at most one metric and [`CHUNK_VALUES`] points, the last one
-/// marked `done`. Reads are paged: no read holds a database connection (or a transaction)
-/// while it waits for this viewer. `Break` when the viewer is gone.
-async fn backfill(
-    hub: &Hub,
-    run: &Run,
-    filter: &Filter,
-    after: u64,
-    through: u64,
-    budget: Option<usize>,
-    out: &mpsc::Sender<Bytes>,
-) -> ControlFlow<()> {
-    let (run_id, last_step) = run.state(|st| (st.identity.run_id.clone(), st.tail.last_step));
-    let chunk = |series: Vec<Series>, downsampled: bool, done: bool| {
-        frame(ToViewer::Backfill(Backfill {
-            run_id: run_id.clone(),
-            through_seq: through,
-            downsampled,
-            series,
-            done,
-        }))
-    };
-    let mut sent = true;
-    if after >= through {
-        sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
-    } else if let Some(budget) = budget {
-        let lo = hub
-            .store
-            .first_step(run.key)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        let lo = filter.from_step.map_or(lo, |from| from.max(lo));
-        let range = (lo, last_step.unwrap_or(lo).max(lo));
-        // Two halves of the run on two threads, their M4s merged: the same answer, sooner.
-        let scan = |from: u64, to: u64| {
-            let filter = filter.clone();
-            hub.store.scan_values(
-                run.key,
-                from,
-                to,
-                PerMetric::new(budget, range),
-                move |per_metric, step, time, id, v| {
-                    if filter.step_ok(step) && filter.wants(id) {
-                        per_metric.push(id, step, v, time);
-                    }
-                },
-            )
-        };
-        let mid = after + (through - after) / 2;
-        let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
-            .map(|(early, late)| early.merge(late));
-        let per_metric = match scanned {
-            Ok(per_metric) => per_metric,
-            Err(e) => {
-                tracing::error!(error = %e, "backfill failed");
-                return ControlFlow::Break(());
-            }
-        };
-        let mut pieces = Vec::new();
-        for (metric, points) in per_metric.finish() {
-            let (steps, values, times, thinned) = points.finish();
-            for part in split_series(metric, steps, values, times) {
-                pieces.push((part, thinned));
-            }
-        }
-        let n = pieces.len();
-        if n == 0 {
-            sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
-        }
-        for (i, (series, thinned)) in pieces.into_iter().enumerate() {
-            if out
-                .send(chunk(vec![series], thinned, i + 1 == n))
-                .await
-                .is_err()
-            {
-                sent = false;
-                break;
-            }
-        }
-    } else {
-        let mut from = after;
-        while from < through && sent {
-            let page = Page {
-                chunk: Chunk::default(),
-                last_seq: from,
-            };
-            let filter_page = filter.clone();
-            let read = hub
-                .store
-                .scan(run.key, from, through, page, move |page, seq, records| {
-                    page.chunk.add(&filter_page, records);
-                    page.last_seq = seq;
-                    if page.chunk.values >= CHUNK_VALUES {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                })
-                .await;
-            let mut page = match read {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::error!(error = %e, "backfill failed");
-                    return ControlFlow::Break(());
-                }
-            };
-            // Nothing stored past `from` (cannot happen below `through`): end here.
-            let done = page.last_seq >= through || page.last_seq == from;
-            from = page.last_seq;
-            sent = out
-                .send(chunk(page.chunk.take(), false, done))
-                .await
-                .is_ok();
-            if done {
-                break;
-            }
-        }
-    }
-    if sent && !out.is_closed() {
-        ControlFlow::Continue(())
-    } else {
-        ControlFlow::Break(())
-    }
-}
-
-/// One metric's points, cut into series of at most [`CHUNK_VALUES`] points.
-fn split_series(
-    metric: MetricId,
-    steps: Vec<i64>,
-    values: Vec<f64>,
-    times: Vec<f64>,
-) -> Vec<Series> {
-    if steps.len() <= CHUNK_VALUES {
-        return vec![Series {
-            metric,
-            steps,
-            values,
-            times,
-        }];
-    }
-    steps
-        .chunks(CHUNK_VALUES)
-        .zip(values.chunks(CHUNK_VALUES))
-        .zip(times.chunks(CHUNK_VALUES))
-        .map(|((s, v), t)| Series {
-            metric,
-            steps: s.to_vec(),
-            values: v.to_vec(),
-            times: t.to_vec(),
-        })
-        .collect()
-}
-
-/// One page of a raw backfill: what was read, and the last batch it read.
-struct Page {
-    chunk: Chunk,
-    last_seq: u64,
-}
-
-/// A raw backfill chunk being filled.
-#[derive(Default)]
-struct Chunk {
-    series: BTreeMap<MetricId, Series>,
-    values: usize,
-}
-
-impl Chunk {
-    fn add(&mut self, filter: &Filter, records: &[StepRecord]) {
-        for r in records.iter().filter(|r| filter.step_ok(r.step)) {
-            for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
-                let s = self.series.entry(id).or_insert_with(|| Series {
-                    metric: id,
-                    steps: Vec::new(),
-                    values: Vec::new(),
-                    times: Vec::new(),
-                });
-                s.steps.push(r.step);
-                s.values.push(v);
-                s.times.push(r.wall_time);
-                self.values += 1;
-            }
-        }
-    }
-
-    fn take(&mut self) -> Vec<Series> {
-        self.values = 0;
-        std::mem::take(&mut self.series).into_values().collect()
-    }
-}

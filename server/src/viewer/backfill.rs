@@ -1,0 +1,204 @@
+//! A subscription's history: paged reads from the store, sent in bounded chunks.
+
+use super::{frame, Filter, Out};
+use crate::downsample::PerMetric;
+use crate::hub::{Hub, Run};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use stepstream_protocol::{Backfill, MetricId, Series, StepRecord, ToViewer};
+
+/// Values per backfill chunk, at most.
+const CHUNK_VALUES: usize = 50_000;
+
+/// Sends the stored batches `after < seq <= through` (exactly, or thinned to `budget` points
+/// per metric), in chunks of at most one metric and [`CHUNK_VALUES`] points, the last one
+/// marked `done`. Reads are paged: no read holds a database connection (or a transaction)
+/// while it waits for this viewer. `Break` when the viewer is gone.
+pub(super) async fn backfill(
+    hub: &Hub,
+    run: &Run,
+    filter: &Filter,
+    after: u64,
+    through: u64,
+    budget: Option<usize>,
+    out: &Out,
+) -> ControlFlow<()> {
+    let (run_id, last_step) = run.state(|st| (st.identity.run_id.clone(), st.tail.last_step));
+    let chunk = |series: Vec<Series>, downsampled: bool, done: bool| {
+        frame(ToViewer::Backfill(Backfill {
+            run_id: run_id.clone(),
+            through_seq: through,
+            downsampled,
+            series,
+            done,
+        }))
+    };
+    let mut sent = true;
+    if after >= through {
+        sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
+    } else if let Some(budget) = budget {
+        let lo = hub
+            .store
+            .first_step(run.key)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        let lo = filter.from_step.map_or(lo, |from| from.max(lo));
+        let range = (lo, last_step.unwrap_or(lo).max(lo));
+        // Two halves of the run on two threads, their M4s merged: the same answer, sooner.
+        let scan = |from: u64, to: u64| {
+            let filter = filter.clone();
+            hub.store.scan_values(
+                run.key,
+                from,
+                to,
+                PerMetric::new(budget, range),
+                move |per_metric, step, time, id, v| {
+                    if filter.step_ok(step) && filter.wants(id) {
+                        per_metric.push(id, step, v, time);
+                    }
+                },
+            )
+        };
+        let mid = after + (through - after) / 2;
+        let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
+            .map(|(early, late)| early.merge(late));
+        let per_metric = match scanned {
+            Ok(per_metric) => per_metric,
+            Err(e) => {
+                tracing::error!(error = %e, "backfill failed");
+                return ControlFlow::Break(());
+            }
+        };
+        let mut pieces = Vec::new();
+        for (metric, points) in per_metric.finish() {
+            let (steps, values, times, thinned) = points.finish();
+            for part in split_series(metric, steps, values, times) {
+                pieces.push((part, thinned));
+            }
+        }
+        let n = pieces.len();
+        if n == 0 {
+            sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
+        }
+        for (i, (series, thinned)) in pieces.into_iter().enumerate() {
+            if out
+                .send(chunk(vec![series], thinned, i + 1 == n))
+                .await
+                .is_err()
+            {
+                sent = false;
+                break;
+            }
+        }
+    } else {
+        let mut from = after;
+        while from < through && sent {
+            let page = Page {
+                chunk: Chunk::default(),
+                last_seq: from,
+            };
+            let filter_page = filter.clone();
+            let read = hub
+                .store
+                .scan(run.key, from, through, page, move |page, seq, records| {
+                    page.chunk.add(&filter_page, records);
+                    page.last_seq = seq;
+                    if page.chunk.values >= CHUNK_VALUES {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .await;
+            let mut page = match read {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::error!(error = %e, "backfill failed");
+                    return ControlFlow::Break(());
+                }
+            };
+            // Nothing stored past `from` (cannot happen below `through`): end here.
+            let done = page.last_seq >= through || page.last_seq == from;
+            from = page.last_seq;
+            sent = out
+                .send(chunk(page.chunk.take(), false, done))
+                .await
+                .is_ok();
+            if done {
+                break;
+            }
+        }
+    }
+    if sent && !out.is_closed() {
+        ControlFlow::Continue(())
+    } else {
+        ControlFlow::Break(())
+    }
+}
+
+/// One metric's points, cut into series of at most [`CHUNK_VALUES`] points.
+fn split_series(
+    metric: MetricId,
+    steps: Vec<i64>,
+    values: Vec<f64>,
+    times: Vec<f64>,
+) -> Vec<Series> {
+    if steps.len() <= CHUNK_VALUES {
+        return vec![Series {
+            metric,
+            steps,
+            values,
+            times,
+        }];
+    }
+    steps
+        .chunks(CHUNK_VALUES)
+        .zip(values.chunks(CHUNK_VALUES))
+        .zip(times.chunks(CHUNK_VALUES))
+        .map(|((s, v), t)| Series {
+            metric,
+            steps: s.to_vec(),
+            values: v.to_vec(),
+            times: t.to_vec(),
+        })
+        .collect()
+}
+
+/// One page of a raw backfill: what was read, and the last batch it read.
+struct Page {
+    chunk: Chunk,
+    last_seq: u64,
+}
+
+/// A raw backfill chunk being filled.
+#[derive(Default)]
+struct Chunk {
+    series: BTreeMap<MetricId, Series>,
+    values: usize,
+}
+
+impl Chunk {
+    fn add(&mut self, filter: &Filter, records: &[StepRecord]) {
+        for r in records.iter().filter(|r| filter.step_ok(r.step)) {
+            for &(id, v) in r.values.iter().filter(|(id, _)| filter.wants(*id)) {
+                let s = self.series.entry(id).or_insert_with(|| Series {
+                    metric: id,
+                    steps: Vec::new(),
+                    values: Vec::new(),
+                    times: Vec::new(),
+                });
+                s.steps.push(r.step);
+                s.values.push(v);
+                s.times.push(r.wall_time);
+                self.values += 1;
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<Series> {
+        self.values = 0;
+        std::mem::take(&mut self.series).into_values().collect()
+    }
+}

@@ -1,0 +1,70 @@
+//! What of a run one subscription wants: metrics by name, steps from a point.
+
+use std::collections::HashSet;
+use stepstream_protocol::{MetricDef, MetricId, StepRecord, Subscribe};
+
+/// What of a run a subscription wants.
+#[derive(Clone)]
+pub(super) struct Filter {
+    pub(super) names: Option<HashSet<String>>,
+    /// Ids of the wanted names, learnt as metrics are defined; unused when `names` is None.
+    ids: HashSet<MetricId>,
+    pub(super) from_step: Option<i64>,
+    pub(super) budget: Option<usize>,
+}
+
+impl Filter {
+    pub(super) fn new(sub: &Subscribe) -> Filter {
+        Filter {
+            names: sub.metrics.as_ref().map(|m| m.iter().cloned().collect()),
+            ids: HashSet::new(),
+            from_step: sub.from_step,
+            budget: sub.budget.map(|b| b as usize),
+        }
+    }
+
+    /// Learns the ids of wanted metrics; returns the definitions the viewer should get.
+    pub(super) fn learn(&mut self, defs: &[MetricDef]) -> Vec<MetricDef> {
+        let Some(names) = &self.names else {
+            return defs.to_vec();
+        };
+        let wanted: Vec<MetricDef> = defs
+            .iter()
+            .filter(|d| names.contains(&d.name))
+            .cloned()
+            .collect();
+        self.ids.extend(wanted.iter().map(|d| d.id));
+        wanted
+    }
+
+    pub(super) fn takes_everything(&self) -> bool {
+        self.names.is_none() && self.from_step.is_none()
+    }
+
+    pub(super) fn wants(&self, id: MetricId) -> bool {
+        self.names.is_none() || self.ids.contains(&id)
+    }
+
+    pub(super) fn step_ok(&self, step: i64) -> bool {
+        self.from_step.is_none_or(|from| step >= from)
+    }
+
+    pub(super) fn records(&self, records: &[StepRecord]) -> Vec<StepRecord> {
+        records
+            .iter()
+            .filter(|r| self.step_ok(r.step))
+            .map(|r| StepRecord {
+                step: r.step,
+                wall_time: r.wall_time,
+                values: r
+                    .values
+                    .iter()
+                    .copied()
+                    .filter(|&(id, _)| self.wants(id))
+                    .collect(),
+            })
+            .filter(|r| !r.values.is_empty())
+            .collect()
+    }
+}
+
