@@ -4,6 +4,8 @@
 //! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
+//! * `hardening` — never stuck, never lost: wide records, resumes, a second writer, a hub
+//!   that lost data, a damaged spool, slow readers, limits, a full disk.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `proxy` — the hub behind Debian's nginx, as `docs/reverse-proxy.nginx.conf` shows.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
@@ -18,6 +20,7 @@ mod browser;
 mod charts;
 mod demo;
 mod docs;
+mod hardening;
 mod hub;
 mod proxy;
 mod range;

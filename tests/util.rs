@@ -42,9 +42,14 @@ pub struct Hub {
 
 impl Hub {
     pub fn start(extra: &[&str]) -> Hub {
+        Hub::start_on(free_port(), extra)
+    }
+
+    /// On a given port (one a collector was already told to use).
+    pub fn start_on(port: u16, extra: &[&str]) -> Hub {
         let dir = tempfile::tempdir().unwrap();
         let mut hub = Hub {
-            port: free_port(),
+            port,
             db: dir.path().join("hub.db"),
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,

@@ -20,6 +20,8 @@ pub(crate) struct MetricTable {
     wire: Vec<Option<MetricId>>,
     next_wire: u32,
     limits: Limits,
+    /// The connected hub's table, by name.
+    hub: HashMap<String, MetricId>,
     /// Names the connected hub has.
     defined: usize,
     /// Definitions not yet sent on this connection.
@@ -42,6 +44,9 @@ impl MetricTable {
 
     fn assign(&mut self, local: usize) -> Option<MetricId> {
         let name = &self.names[local];
+        if let Some(&id) = self.hub.get(name) {
+            return Some(id);
+        }
         if name.len() > self.limits.name_bytes as usize
             || self.defined >= self.limits.run_metrics as usize
         {
@@ -51,6 +56,7 @@ impl MetricTable {
         let id = MetricId(self.next_wire);
         self.next_wire += 1;
         self.defined += 1;
+        self.hub.insert(name.clone(), id);
         self.unsent.push(MetricDef {
             id,
             name: name.clone(),
@@ -61,19 +67,13 @@ impl MetricTable {
     /// A hub welcomed us: adopt its ids for the names it has, number the rest above them.
     pub fn welcome(&mut self, w: &Welcome) {
         self.limits = w.limits;
-        let hub: HashMap<&str, MetricId> =
-            w.metrics.iter().map(|d| (d.name.as_str(), d.id)).collect();
+        self.hub = w.metrics.iter().map(|d| (d.name.clone(), d.id)).collect();
         self.next_wire = w.metrics.iter().map(|d| d.id.0 + 1).max().unwrap_or(0);
         self.defined = w.metrics.len();
         self.unsent.clear();
-        let mut wire = Vec::with_capacity(self.names.len());
-        for local in 0..self.names.len() {
-            match hub.get(self.names[local].as_str()) {
-                Some(&id) => wire.push(Some(id)),
-                None => wire.push(self.assign(local)),
-            }
-        }
-        self.wire = wire;
+        self.wire = (0..self.names.len())
+            .map(|local| self.assign(local))
+            .collect();
     }
 
     /// Definitions the connected hub does not have yet.
@@ -127,6 +127,9 @@ mod tests {
             limits: Limits::default(),
         });
         assert_eq!(t.take_unsent(), vec![def(2, "acc")]);
+        // A name first logged after the welcome also gets the hub's id.
+        t.push(def(3, "loss"));
+        assert!(t.take_unsent().is_empty());
         let r = StepRecord {
             step: 1,
             wall_time: 0.0,
@@ -138,6 +141,11 @@ mod tests {
             out.values,
             vec![(MetricId(1), 0.1), (MetricId(0), 2.0), (MetricId(2), 0.5)]
         );
+        let again = StepRecord {
+            values: vec![(MetricId(3), 7.0)],
+            ..r
+        };
+        assert_eq!(t.translate(&again).0.values, vec![(MetricId(0), 7.0)]);
     }
 
     #[test]

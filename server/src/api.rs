@@ -191,10 +191,11 @@ pub async fn series(
         metric: q.metric.clone(),
     })?;
     let budget = q.budget.unwrap_or(2000);
-    if !(4..=1_000_000).contains(&budget) {
-        return Err(ApiError::BadRequest(
-            "budget must be between 4 and 1000000".into(),
-        ));
+    let most = app.hub.limits.viewer_budget as usize;
+    if !(4..=most).contains(&budget) {
+        return Err(ApiError::BadRequest(format!(
+            "budget must be between 4 and {most} (limit viewer_budget)"
+        )));
     }
     let first = app.hub.store.first_step(run.key).await?.unwrap_or(0);
     let lo = q.from.unwrap_or(first);

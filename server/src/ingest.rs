@@ -203,42 +203,43 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         )
     });
     tracing::info!(run = %run_id, last_seq, "collector connected");
-    if hello.acked_through > last_seq {
-        // The collector saw batches acknowledged that this hub no longer has: its database
-        // was restored or replaced. They are gone from the hub (the collector dropped them
-        // when they were acknowledged); say so loudly, then continue after what is stored.
-        tracing::error!(
-            run = %run_id,
-            acknowledged = hello.acked_through,
-            stored = last_seq,
-            "the hub lost acknowledged batches of this run (database restored or replaced?)"
-        );
-        let message = format!(
-            "this hub has batches through {last_seq} but acknowledged {} earlier: batches {}..={}              were lost by the hub (database restored or replaced?); continuing after {last_seq}",
-            hello.acked_through,
-            last_seq + 1,
-            hello.acked_through
-        );
-        app.hub.note_loss(&run, message.clone());
-        conn.send(FromHub::HubError(HubError {
-            code: ErrorCode::Storage,
-            message,
-            fatal: false,
-        }))
-        .await;
-    }
     let welcome = Welcome {
-        run_id,
+        run_id: run_id.clone(),
         last_seq,
         last_step,
         metrics,
         limits: app.hub.limits.wire,
     };
-    let served = if conn.send(FromHub::Welcome(welcome)).await {
-        session(app, conn, &run).await
-    } else {
-        Ok(())
-    };
+    let mut served = Ok(());
+    if conn.send(FromHub::Welcome(welcome)).await {
+        if hello.acked_through > last_seq {
+            // The collector saw batches acknowledged that this hub no longer has: its database
+            // was restored or replaced. They are gone from the hub (the collector dropped them
+            // when they were acknowledged); say so loudly, then continue after what is stored.
+            tracing::error!(
+                run = %run_id,
+                acknowledged = hello.acked_through,
+                stored = last_seq,
+                "the hub lost acknowledged batches of this run (database restored or replaced?)"
+            );
+            let message = format!(
+                "this hub has batches through {last_seq} but acknowledged {} earlier: batches \
+                 {}..={} were lost by the hub (database restored or replaced?); continuing \
+                 after {last_seq}",
+                hello.acked_through,
+                last_seq + 1,
+                hello.acked_through
+            );
+            app.hub.note_loss(&run, message.clone());
+            conn.send(FromHub::HubError(HubError {
+                code: ErrorCode::Storage,
+                message,
+                fatal: false,
+            }))
+            .await;
+        }
+        served = session(app, conn, &run).await;
+    }
     run.release_writer(conn.id);
     served
 }

@@ -334,6 +334,9 @@ impl Hub {
         }
         let mut seen: HashMap<MetricId, &str> = HashMap::with_capacity(defs.len());
         let fresh = run.state(|st| -> Result<Vec<MetricDef>, IngestError> {
+            // A name has one id: a second id for a known name would split its series.
+            let mut names: HashMap<&str, MetricId> =
+                st.metrics.iter().map(|m| (m.name.as_str(), m.id)).collect();
             let mut fresh = Vec::new();
             for d in &defs {
                 let known = st.metric_name(d.id).or_else(|| seen.get(&d.id).copied());
@@ -347,6 +350,14 @@ impl Hub {
                         })
                     }
                     None => {
+                        if let Some(&other) = names.get(d.name.as_str()) {
+                            return Err(IngestError::MetricRedefined {
+                                id: d.id.0,
+                                existing: format!("(metric {:?} has id {})", d.name, other.0),
+                                new: d.name.clone(),
+                            });
+                        }
+                        names.insert(&d.name, d.id);
                         seen.insert(d.id, &d.name);
                         fresh.push(d.clone());
                     }

@@ -22,8 +22,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use stepstream_protocol::{
-    unix_now, ErrorCode, FromViewer, HubError, Live, Metrics, Resync, RunId, StatusChange,
-    ToViewer,
+    unix_now, ErrorCode, FromViewer, HubError, Live, Metrics, Resync, RunId, StatusChange, ToViewer,
 };
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
@@ -351,4 +350,3 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
         }
     }
 }
-

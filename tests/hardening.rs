@@ -1,0 +1,393 @@
+//! Never stuck, never lost: each test drives the real binary into a corner a review found
+//! (wide records, resumes, a second writer, a hub that lost data, a damaged spool, slow
+//! readers, limits) and checks that nothing acknowledged is lost and nothing wedges.
+
+use crate::util::*;
+use std::time::{Duration, Instant};
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::*;
+
+fn options(hub: &Hub, name: &str) -> Options {
+    Options::new(&hub.ws(), "tests", name)
+}
+
+fn series_len(hub: &Hub, run: &RunId, metric: &str) -> usize {
+    let s = hub.json(&format!(
+        "/api/runs/{run}/series?metric={metric}&budget=100000"
+    ));
+    s["steps"].as_array().map_or(0, |a| a.len())
+}
+
+/// ~700+ metrics per record once made a backlog batch bigger than the frame limit: the
+/// collector reconnected every 100 ms forever. Batches are now sealed by size too.
+#[test]
+fn a_wide_backlog_after_an_outage_is_delivered_without_a_reconnect_loop() {
+    let port = free_port();
+    let mut o = Options::new(&format!("ws://127.0.0.1:{port}"), "tests", "wide");
+    o.memory_records = 1_000_000;
+    let run = Collector::start(o).unwrap();
+    let id = run.run_id().clone();
+    let names: Vec<String> = (0..800).map(|i| format!("layer{i}/grad_norm")).collect();
+    for step in 0..2500i64 {
+        let values: Vec<(&str, f64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), (step + i as i64) as f64))
+            .collect();
+        run.log(step, &values);
+    }
+    // 2,500 records x 800 values is ~26 MB: one count-sealed batch would pass the 16 MiB
+    // frame limit.
+    let hub = Hub::start_on(port, &[]);
+    let report = run.finish_shared(Outcome::Finished, Duration::from_secs(120));
+    assert!(report.delivered, "{report:?} {:?}", run.last_error());
+    let detail = hub.run_json(id.as_str()).unwrap();
+    assert_eq!(detail["records"], 2500, "{report:?}");
+    assert_eq!(series_len(&hub, &id, "layer799%2Fgrad_norm"), 2500);
+}
+
+/// A 260-metric run's history once overflowed one frame and the page showed nothing.
+#[test]
+fn a_wide_runs_history_reaches_a_viewer_in_bounded_chunks() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(options(&hub, "wide-history")).unwrap();
+    let id = run.run_id().clone();
+    let names: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
+    for step in 0..4000i64 {
+        let values: Vec<(&str, f64)> = names.iter().map(|n| (n.as_str(), step as f64)).collect();
+        run.log(step, &values);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    // Budgeted (the web app's way) and raw: every frame decodes (the harness panics on one
+    // above the frame limit) and every point arrives once.
+    for budget in [Some(4000), None] {
+        let mut viewer = Viewer::connect(&hub);
+        viewer.subscribe(std::slice::from_ref(&id), budget);
+        assert!(viewer.pump(Duration::from_secs(60), |v| v
+            .runs
+            .get(&id)
+            .is_some_and(|s| s.backfill_done)));
+        let seen = &viewer.runs[&id];
+        assert_eq!(seen.points.len(), 300, "{budget:?}");
+        assert!(seen.points.values().all(|p| p.len() == 4000), "{budget:?}");
+        assert!(names.iter().all(|n| seen.duplicates(n).is_empty()));
+    }
+}
+
+/// A resumed run whose metrics first appear in another order used to be refused
+/// ("metric id redefined") and reconnect in a loop.
+#[test]
+fn a_resumed_run_with_metrics_in_another_order_continues() {
+    let hub = Hub::start(&[]);
+    let first = Collector::start(options(&hub, "resume")).unwrap();
+    let id = first.run_id().clone();
+    for step in 0..10 {
+        first.log(step, &[("loss", 1.0), ("lr", 0.1)]);
+    }
+    assert!(first.finish(Outcome::Finished).delivered);
+    let mut o = options(&hub, "resume");
+    o.run_id = Some(id.clone());
+    let second = Collector::start(o).unwrap();
+    for step in 10..20 {
+        second.log(step, &[("acc", 0.5), ("lr", 0.01), ("loss", 2.0)]);
+    }
+    let report = second.finish_shared(Outcome::Finished, Duration::from_secs(20));
+    assert!(report.delivered, "{report:?} {:?}", second.last_error());
+    let loss = hub.json(&format!("/api/runs/{id}/series?metric=loss"));
+    let values: Vec<f64> = serde_json::from_value(loss["values"].clone()).unwrap();
+    assert_eq!(values.len(), 20);
+    assert_eq!(
+        (values[9], values[10]),
+        (1.0, 2.0),
+        "each value under its own name"
+    );
+    let lr = hub.json(&format!("/api/runs/{id}/series?metric=lr"));
+    assert_eq!(lr["values"][15], 0.01);
+    assert_eq!(series_len(&hub, &id, "acc"), 10);
+}
+
+/// Two collectors on one run id both reported "all acknowledged" while one lost its data.
+#[test]
+fn a_second_live_writer_is_refused_and_says_why() {
+    let hub = Hub::start(&[]);
+    let first = Collector::start(options(&hub, "one")).unwrap();
+    let id = first.run_id().clone();
+    first.log(0, &[("loss", 1.0)]);
+    first.flush();
+    assert!(first.wait_welcome(Duration::from_secs(10)).is_some());
+    let mut o = options(&hub, "two");
+    o.run_id = Some(id.clone());
+    let second = Collector::start(o).unwrap();
+    second.log(0, &[("loss", 99.0)]);
+    let report = second.finish_shared(Outcome::Finished, Duration::from_secs(3));
+    assert!(
+        !report.delivered,
+        "a second writer must not be told all is stored"
+    );
+    let why = second.last_error().unwrap_or_default();
+    assert!(why.contains("another collector"), "{why}");
+    for step in 1..50 {
+        first.log(step, &[("loss", 1.0)]);
+    }
+    assert!(first.finish(Outcome::Finished).delivered);
+    let loss = hub.json(&format!("/api/runs/{id}/series?metric=loss"));
+    let values: Vec<f64> = serde_json::from_value(loss["values"].clone()).unwrap();
+    assert_eq!(values.len(), 50);
+    assert!(
+        values.iter().all(|&v| v == 1.0),
+        "the second writer's data is not mixed in"
+    );
+}
+
+/// A hub whose database was replaced (restored from an older copy, or lost) used to wedge
+/// the collector: it resent from its last acknowledged batch and got `SequenceGap` forever.
+#[test]
+fn a_hub_that_lost_acknowledged_data_says_so_and_the_collector_continues() {
+    let mut hub = Hub::start(&[]);
+    let run = Collector::start(options(&hub, "restored")).unwrap();
+    let id = run.run_id().clone();
+    for step in 0..100 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    run.flush();
+    wait_for("the first 100 stored", Duration::from_secs(10), || {
+        (hub.run_json(id.as_str())?["records"] == 100).then_some(())
+    });
+    // A copy of the database as it is now (the file and its write-ahead log).
+    let backup = hub.dir.path().join("backup");
+    std::fs::create_dir(&backup).unwrap();
+    let db = hub.db.clone();
+    let files = |dir: &std::path::Path| {
+        ["hub.db", "hub.db-wal"].map(|f| (db.with_file_name(f), dir.join(f)))
+    };
+    for (live, copy) in files(&backup) {
+        std::fs::copy(live, copy).unwrap();
+    }
+    for step in 100..200 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    run.flush();
+    wait_for("200 stored", Duration::from_secs(10), || {
+        (hub.run_json(id.as_str())?["records"] == 200).then_some(())
+    });
+    // The hub dies and comes back on the older copy: batches it acknowledged are gone.
+    hub.kill9();
+    let _ = std::fs::remove_file(db.with_file_name("hub.db-shm"));
+    for (live, copy) in files(&backup) {
+        std::fs::copy(copy, live).unwrap();
+    }
+    hub.restart();
+    for step in 200..300 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    let report = run.finish_shared(Outcome::Finished, Duration::from_secs(30));
+    assert!(report.delivered, "{report:?} {:?}", run.last_error());
+    assert!(run.last_error().unwrap_or_default().contains("lost"));
+    let loss = hub.json(&format!("/api/runs/{id}/series?metric=loss"));
+    let steps: Vec<i64> = serde_json::from_value(loss["steps"].clone()).unwrap();
+    assert_eq!(steps.len(), 200, "what the collector still held arrived");
+    assert_eq!((steps[99], steps[100]), (99, 200));
+    let alerts = wait_for("the data-loss alert", Duration::from_secs(10), || {
+        let a = hub.json(&format!("/api/runs/{id}/alerts"));
+        let list = a["alerts"].as_array()?.clone();
+        list.into_iter().find(|a| a["rule"] == "data_loss")
+    });
+    assert!(alerts["message"].as_str().unwrap().contains("lost"));
+}
+
+/// A spool read error used to drop the spooled batches and leave a sequence gap that the
+/// hub refused forever. Now the loss is counted and said, and the rest is delivered.
+#[test]
+fn a_damaged_spool_loses_only_itself_and_never_wedges_the_sender() {
+    let port = free_port();
+    let spool_dir = tempfile::tempdir().unwrap();
+    let mut o = Options::new(&format!("ws://127.0.0.1:{port}"), "tests", "spool");
+    o.memory_records = 100;
+    o.max_batch = 50;
+    o.spool_dir = Some(spool_dir.path().to_path_buf());
+    let run = Collector::start(o).unwrap();
+    let id = run.run_id().clone();
+    for step in 0..1000 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    let spool = wait_for("a spool file", Duration::from_secs(10), || {
+        let e = std::fs::read_dir(spool_dir.path()).ok()?.flatten().next()?;
+        (e.metadata().ok()?.len() > 10_000).then(|| e.path())
+    });
+    let len = std::fs::metadata(&spool).unwrap().len() as usize;
+    std::fs::write(&spool, vec![0xA5; len]).unwrap();
+    let hub = Hub::start_on(port, &[]);
+    for step in 1000..1100 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    let report = run.finish_shared(Outcome::Finished, Duration::from_secs(30));
+    assert!(report.delivered, "{report:?} {:?}", run.last_error());
+    assert!(report.lost > 0, "{report:?}");
+    assert!(run.last_error().unwrap_or_default().contains("spool"));
+    let detail = hub.run_json(id.as_str()).unwrap();
+    assert_eq!(
+        detail["records"].as_u64().unwrap() + report.lost,
+        1100,
+        "everything not in the damaged spool arrived"
+    );
+}
+
+/// Viewers that never read once pinned a blocking thread and a read transaction each.
+#[test]
+fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(options(&hub, "big")).unwrap();
+    let id = run.run_id().clone();
+    let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    for step in 0..100_000i64 {
+        let values: Vec<(&str, f64)> = names.iter().map(|n| (n.as_str(), step as f64)).collect();
+        run.log(step, &values);
+    }
+    assert!(
+        run.finish_shared(Outcome::Finished, Duration::from_secs(60))
+            .delivered
+    );
+    let pid = hub_pid(&hub);
+    let before = rss_mb(pid);
+    // Forty viewers ask for the raw history (~25 MB of frames each) and never read.
+    let mut stuck = Vec::new();
+    for _ in 0..40 {
+        let mut s = std::net::TcpStream::connect(hub.addr()).unwrap();
+        raw_subscribe(&mut s, &hub, &id);
+        stuck.push(s);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let t = Instant::now();
+    let list = hub.get("/api/runs");
+    assert_eq!(list.status, 200);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let mut reader = Viewer::connect(&hub);
+    reader.subscribe(std::slice::from_ref(&id), None);
+    assert!(reader.pump(Duration::from_secs(60), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.backfill_done)));
+    assert_eq!(reader.runs[&id].count("m9"), 100_000);
+    let grown = rss_mb(pid) - before;
+    // Unbounded queues held each viewer's whole history: ~1 GB here.
+    assert!(
+        grown < 600.0,
+        "hub memory grew {grown:.0} MB for 40 stuck viewers"
+    );
+    drop(stuck);
+}
+
+fn hub_pid(hub: &Hub) -> u32 {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("ss -ltnpH 'sport = :{}'", hub.port)])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = text.find("pid=").expect("ss shows the hub's pid") + 4;
+    text[at..].split(',').next().unwrap().parse().unwrap()
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        / 1024.0
+}
+
+/// A viewer socket opened by hand (a WebSocket handshake and one Subscribe frame) whose
+/// reader never reads.
+fn raw_subscribe(s: &mut std::net::TcpStream, hub: &Hub, run: &RunId) {
+    use std::io::{Read, Write};
+    write!(
+        s,
+        "GET /ws/viewer HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        hub.addr()
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101");
+    let payload = FromViewer::Subscribe(Subscribe {
+        runs: vec![run.clone()],
+        metrics: None,
+        from_step: None,
+        budget: None,
+    })
+    .encode();
+    // A masked binary frame (clients must mask); the mask is zero, so bytes go as they are.
+    let mut frame = vec![0x82u8];
+    if payload.len() < 126 {
+        frame.push(0x80 | payload.len() as u8);
+    } else {
+        frame.push(0x80 | 126);
+        frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(&payload);
+    s.write_all(&frame).unwrap();
+}
+
+#[test]
+fn connection_and_budget_limits_are_refused_with_reasons() {
+    let hub = Hub::start(&[
+        "--limit",
+        "connections_per_addr=3",
+        "--limit",
+        "viewer_budget=500",
+    ]);
+    let mut viewers: Vec<Viewer> = (0..3).map(|_| Viewer::connect(&hub)).collect();
+    let host = [("Host", hub.addr())];
+    let host: Vec<(&str, &str)> = host.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let status = http_status(&hub.addr(), "/ws/viewer", &host, true);
+    assert_eq!(status, 429, "a fourth socket from one address is refused");
+    let v = &mut viewers[0];
+    v.subscribe(&[RunId::new("x").unwrap()], Some(100_000));
+    assert!(v.pump(Duration::from_secs(5), |v| !v.errors.is_empty()));
+    assert_eq!(v.errors[0].code, ErrorCode::Limit);
+    assert!(v.errors[0].message.contains("viewer_budget"));
+    drop(viewers);
+    // Freed slots are usable again.
+    wait_for("a free slot", Duration::from_secs(5), || {
+        (http_status(&hub.addr(), "/ws/viewer", &host, true) == 101).then_some(())
+    });
+}
+
+#[test]
+fn bad_durations_are_refused_at_start_not_panicked_on() {
+    for (flag, value) in [
+        ("--stale-after", "inf"),
+        ("--fail-after", "NaN"),
+        ("--stale-after", "-1"),
+    ] {
+        let out = std::process::Command::new(BIN)
+            .args(["serve", "--bind", "127.0.0.1:0", &format!("{flag}={value}")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
+        assert!(err.contains(flag) && !err.contains("panicked"), "{err}");
+    }
+}
+
+/// A hub refusing the run (a limit below the collector's) must not make `finish` hang or the
+/// collector spin: it backs off and `finish` returns by its timeout.
+#[test]
+fn finish_returns_by_its_timeout_in_every_state() {
+    let hub = Hub::start(&["--limit", "name_bytes=4"]);
+    let mut o = options(&hub, "a-name-longer-than-four-bytes");
+    o.queue_capacity = 16;
+    let run = Collector::start(o).unwrap();
+    for step in 0..10_000 {
+        run.log(step, &[("loss", 1.0)]);
+    }
+    let t = Instant::now();
+    let report = run.finish_shared(Outcome::Finished, Duration::from_millis(800));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(!report.delivered);
+    assert!(run.last_error().unwrap_or_default().contains("name_bytes"));
+}
