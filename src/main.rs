@@ -442,3 +442,17 @@ fn ctrlc_flag(flag: Arc<AtomicBool>) {
         flag.store(true, Ordering::Relaxed);
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_run_ids_differ_by_host_for_the_same_path() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let a = run_id_for(file.path(), "container-a").unwrap();
+        let b = run_id_for(file.path(), "container-b").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, run_id_for(file.path(), "container-a").unwrap());
+    }
+}

@@ -122,3 +122,49 @@ fn tail_follows_a_growing_csv_with_a_torn_last_line() {
     assert_eq!(run["records"], 21);
     assert_eq!(run["last_step"], 21);
 }
+
+/// Evaluation rows share a step with a training row; a file is rotated, then truncated.
+/// Once every row whose step was not above the last one was dropped.
+#[test]
+fn tail_merges_rows_of_one_step_and_follows_rotation_and_truncation() {
+    let hub = Hub::start(&[]);
+    let csv = hub.dir.path().join("metrics.csv");
+    append(
+        &csv,
+        "step,loss,eval_loss\n1,2.0,\n2,1.5,\n2,,1.8\n3,1.2,\n",
+    );
+    let mut tail = Command::new(BIN)
+        .args(["tail", "--hub", &hub.ws(), "--poll-ms", "50"])
+        .arg(&csv)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run_id = wait_for("the tailed run", Duration::from_secs(30), || {
+        let runs = hub.json("/api/runs");
+        let r = runs["runs"].as_array()?.first()?.clone();
+        (r["last_step"] == 3).then(|| r["run_id"].as_str().unwrap().to_string())
+    });
+    let series = |metric: &str| {
+        let s = hub.json(&format!("/api/runs/{run_id}/series?metric={metric}"));
+        serde_json::from_value::<Vec<i64>>(s["steps"].clone()).unwrap()
+    };
+    assert_eq!(series("eval_loss"), vec![2], "the evaluation row at a seen step");
+    assert_eq!(series("loss"), vec![1, 2, 3]);
+    assert_eq!(hub.run_json(&run_id).unwrap()["records"], 3, "rows of step 2 merged");
+
+    // Rotated: the old file moves away, a new one (a new training) starts at step 1.
+    std::fs::rename(&csv, csv.with_extension("csv.1")).unwrap();
+    append(&csv, "step,loss,eval_loss\n1,9.0,\n2,8.0,\n");
+    wait_for("the rotated file's rows", Duration::from_secs(10), || {
+        (series("loss").len() == 5).then_some(())
+    });
+    // Truncated in place and written again.
+    std::fs::write(&csv, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    append(&csv, "step,loss,eval_loss\n1,7.0,\n");
+    wait_for("the truncated file's row", Duration::from_secs(10), || {
+        (series("loss").len() == 6).then_some(())
+    });
+    tail.kill().unwrap();
+    let _ = tail.wait();
+}

@@ -182,9 +182,9 @@ pub async fn series(
     Query(q): Query<SeriesQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let run = find(&app, &id, &scope)?;
-    let (metric, last_seq, last_step) = run.state(|st| {
+    let (metric, last_seq) = run.state(|st| {
         let metric = st.metrics.iter().find(|m| m.name == q.metric).map(|m| m.id);
-        (metric, st.tail.last_seq, st.tail.last_step)
+        (metric, st.tail.last_seq)
     });
     let metric: MetricId = metric.ok_or_else(|| ApiError::UnknownMetric {
         run: id.clone(),
@@ -197,9 +197,9 @@ pub async fn series(
             "budget must be between 4 and {most} (limit viewer_budget)"
         )));
     }
-    let first = app.hub.store.first_step(run.key).await?.unwrap_or(0);
-    let lo = q.from.unwrap_or(first);
-    let hi = q.to.unwrap_or(last_step.unwrap_or(lo));
+    let bounds = app.hub.store.step_bounds(run.key).await?;
+    let lo = q.from.or(bounds.map(|b| b.0)).unwrap_or(0);
+    let hi = q.to.or(bounds.map(|b| b.1)).unwrap_or(lo);
     if hi < lo {
         return Err(ApiError::BadRequest(format!("empty step range {lo}..{hi}")));
     }

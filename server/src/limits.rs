@@ -32,7 +32,7 @@ impl Default for HubLimits {
             runs: 100_000,
             runs_per_project: 20_000,
             connections_per_addr: 1024,
-            viewer_budget: 100_000,
+            viewer_budget: 1_000_000,
         }
     }
 }

@@ -347,12 +347,16 @@ impl Store {
         .await
     }
 
-    /// The lowest step stored for the run.
-    pub async fn first_step(&self, key: RunKey) -> Result<Option<i64>> {
+    /// The lowest and highest steps stored for the run (steps may go down: a resumed run,
+    /// a rotated log, so the last record's step is not the highest).
+    pub async fn step_bounds(&self, key: RunKey) -> Result<Option<(i64, i64)>> {
         self.read(move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT min(lo_step) FROM batches WHERE run_key = ?1")?
-                .query_row([key], |r| r.get(0))?)
+            let (lo, hi): (Option<i64>, Option<i64>) = conn
+                .prepare_cached(
+                    "SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = ?1",
+                )?
+                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(lo.zip(hi))
         })
         .await
     }
@@ -514,6 +518,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(steps, vec![1, 2, 3]);
-        assert_eq!(store.first_step(run.key).await.unwrap(), Some(1));
+        assert_eq!(store.step_bounds(run.key).await.unwrap(), Some((1, 3)));
     }
 }

@@ -37,15 +37,15 @@ pub(super) async fn backfill(
     if after >= through {
         sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
     } else if let Some(budget) = budget {
-        let lo = hub
+        let (lo, hi) = hub
             .store
-            .first_step(run.key)
+            .step_bounds(run.key)
             .await
             .ok()
             .flatten()
-            .unwrap_or(0);
+            .unwrap_or((0, last_step.unwrap_or(0)));
         let lo = filter.from_step.map_or(lo, |from| from.max(lo));
-        let range = (lo, last_step.unwrap_or(lo).max(lo));
+        let range = (lo, hi.max(lo));
         // Two halves of the run on two threads, their M4s merged: the same answer, sooner.
         let scan = |from: u64, to: u64| {
             let filter = filter.clone();
