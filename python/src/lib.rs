@@ -169,8 +169,9 @@ impl Run {
         let collector =
             Arc::new(Collector::start(o).map_err(|e| PyValueError::new_err(e.to_string()))?);
         let sampler = system_interval
-            .filter(|s| *s > 0.0)
-            .map(|s| system::start(collector.clone(), Duration::from_secs_f64(s)));
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .map(|d| system::start(collector.clone(), d));
         Ok(Run {
             sampler,
             held: Vec::new(),
@@ -286,13 +287,20 @@ impl Run {
             report.set_item("delivered", false)?;
             return Ok(report);
         };
-        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        // `inf` waits as long as it takes; NaN or a negative timeout does not wait.
+        let timeout = if timeout.is_nan() {
+            Duration::ZERO
+        } else {
+            Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::MAX)
+        };
         let r = py.allow_threads(|| c.finish_shared(outcome, timeout));
         report.set_item("delivered", r.delivered)?;
         report.set_item("logged", r.logged)?;
         report.set_item("dropped", r.dropped)?;
         report.set_item("acked", r.acked)?;
         report.set_item("unacked", r.unacked)?;
+        report.set_item("refused", r.refused)?;
+        report.set_item("lost", r.lost)?;
         report.set_item("unconvertible", self.unconvertible)?;
         Ok(report)
     }

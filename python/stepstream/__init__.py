@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import sys
 import time
@@ -131,6 +132,19 @@ class Run:
         return False
 
 
+def _jsonable(value: Any) -> Any:
+    """A config as strict JSON: NaN and infinities (valid floats, invalid JSON) become the
+    strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; keys become strings (so mixed key
+    types still sort)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
 def init(
     hub: Optional[str] = None,
     project: str = "default",
@@ -183,7 +197,7 @@ def init(
         tag = f"rank{rank}"
         if run_id:
             run_id = f"{run_id}-r{rank}"
-    config_json = json.dumps(dict(config or {}), default=str, sort_keys=True)
+    config_json = json.dumps(_jsonable(dict(config or {})), default=str, sort_keys=True, allow_nan=False)
     if spool_dir is None and archive_dir is not None:
         spool_dir = os.path.join(archive_dir, ".spool")
     native = _NativeRun(

@@ -61,9 +61,10 @@ def test_hub_down_at_start_then_up_gets_every_step(make_hub, tmp_path):
     for step in range(300):
         run.log({"loss": float(step)}, step=step)
         if step == 150:
-            spool = tmp_path / ".spool" / f"{run.run_id}.spool"
+            spools = tmp_path / ".spool"
             hub.wait("the outage to spill to the spool",
-                     lambda: spool.exists() and spool.stat().st_size > 0, timeout=10)
+                     lambda: any(p.name.startswith(run.run_id) and p.stat().st_size > 0
+                                 for p in (spools.iterdir() if spools.exists() else [])), timeout=10)
             hub.start()
     report = run.finish(timeout=60)
     assert report["delivered"], report
@@ -147,3 +148,24 @@ def test_wss_to_a_hub_with_a_private_ca(make_hub, tmp_path):
     with urllib.request.urlopen(f"https://127.0.0.1:{hub.port}/api/runs/{run.run_id}/series?metric=loss",
                                 context=ctx, timeout=10) as r:
         assert len(json.loads(r.read())["steps"]) == 50
+
+
+def test_config_with_nan_and_infinity_and_mixed_keys_starts_and_is_stored(hub):
+    config = {"lr": float("nan"), "clip": float("inf"), "floor": float("-inf"), 3: "three", "nested": {"x": [float("nan")]}}
+    run = stepstream.init(hub=hub.url, name="nan-config", config=config, archive_dir=None, system_metrics=False)
+    run.log({"loss": 1.0}, step=0)
+    report = run.finish(timeout=float("inf"))
+    assert report["delivered"] and report["lost"] == 0 and report["refused"] == 0
+    stored = hub.run(run.run_id)["config"]
+    assert stored["lr"] == "NaN" and stored["clip"] == "Infinity" and stored["floor"] == "-Infinity"
+    assert stored["3"] == "three" and stored["nested"] == {"x": ["NaN"]}
+
+
+def test_finish_with_odd_timeouts_returns(tmp_path):
+    # No hub at all: an infinite system interval must not panic, NaN and negative timeouts
+    # return at once.
+    run = stepstream.init(hub="ws://127.0.0.1:9", name="no-hub", archive_dir=None, system_interval=float("inf"))
+    run.log({"loss": 1.0}, step=0)
+    started = time.monotonic()
+    assert not run.finish(timeout=float("nan"))["delivered"]
+    assert time.monotonic() - started < 2.0
