@@ -391,3 +391,89 @@ fn finish_returns_by_its_timeout_in_every_state() {
     assert!(!report.delivered);
     assert!(run.last_error().unwrap_or_default().contains("name_bytes"));
 }
+
+/// A filesystem of its own, unmounted when dropped.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    /// `None` where mounting is not allowed (not root): the caller says it skipped.
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l"])
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// Disk full: the hub stops acknowledging and says why, keeps serving reads; the collector
+/// keeps its data; when space returns ingestion resumes with nothing lost.
+#[test]
+fn a_full_disk_stops_acknowledging_keeps_reading_and_loses_nothing() {
+    let Some(fs) = Tmpfs::mount("24m") else {
+        eprintln!("SKIPPED a_full_disk_...: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let db = fs.0.path().join("hub.db");
+    let hub = Hub::start_with(free_port(), db, tempfile::tempdir().unwrap(), &[]);
+    let run = Collector::start(options(&hub, "disk")).unwrap();
+    let id = run.run_id().clone();
+    let names: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+    let log = |from: i64, to: i64| {
+        for step in from..to {
+            let values: Vec<(&str, f64)> =
+                names.iter().map(|n| (n.as_str(), step as f64)).collect();
+            run.log(step, &values);
+        }
+        run.flush();
+    };
+    log(0, 1000);
+    wait_for("the first records stored", Duration::from_secs(20), || {
+        (hub.run_json(id.as_str())?["records"] == 1000).then_some(())
+    });
+    // Fill the filesystem to the last byte.
+    let filler = fs.0.path().join("filler");
+    let _ = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M"])
+        .arg(format!("of={}", filler.display()))
+        .stderr(std::process::Stdio::null())
+        .status();
+    log(1000, 30_000);
+    let refused = wait_for("a storage refusal", Duration::from_secs(30), || {
+        let e = run.last_error()?;
+        e.contains("Storage").then_some(e)
+    });
+    assert!(
+        refused.contains("not stored") || refused.contains("database"),
+        "{refused}"
+    );
+    let stored = hub.run_json(id.as_str()).unwrap()["records"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        stored < 30_000,
+        "everything fit; the test did not fill the disk"
+    );
+    // Reads go on while writes fail.
+    assert_eq!(hub.get("/api/runs").status, 200);
+    assert_eq!(series_len(&hub, &id, "m0").min(1000), 1000);
+    std::fs::remove_file(&filler).unwrap();
+    let report = run.finish_shared(Outcome::Finished, Duration::from_secs(90));
+    assert!(report.delivered, "{report:?} {:?}", run.last_error());
+    assert_eq!(hub.run_json(id.as_str()).unwrap()["records"], 30_000);
+    assert_eq!(series_len(&hub, &id, "m19"), 30_000);
+    drop(hub);
+    drop(fs);
+}

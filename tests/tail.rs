@@ -148,9 +148,17 @@ fn tail_merges_rows_of_one_step_and_follows_rotation_and_truncation() {
         let s = hub.json(&format!("/api/runs/{run_id}/series?metric={metric}"));
         serde_json::from_value::<Vec<i64>>(s["steps"].clone()).unwrap()
     };
-    assert_eq!(series("eval_loss"), vec![2], "the evaluation row at a seen step");
+    assert_eq!(
+        series("eval_loss"),
+        vec![2],
+        "the evaluation row at a seen step"
+    );
     assert_eq!(series("loss"), vec![1, 2, 3]);
-    assert_eq!(hub.run_json(&run_id).unwrap()["records"], 3, "rows of step 2 merged");
+    assert_eq!(
+        hub.run_json(&run_id).unwrap()["records"],
+        3,
+        "rows of step 2 merged"
+    );
 
     // Rotated: the old file moves away, a new one (a new training) starts at step 1.
     std::fs::rename(&csv, csv.with_extension("csv.1")).unwrap();

@@ -48,9 +48,15 @@ impl Hub {
     /// On a given port (one a collector was already told to use).
     pub fn start_on(port: u16, extra: &[&str]) -> Hub {
         let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("hub.db");
+        Hub::start_with(port, db, dir, extra)
+    }
+
+    /// With its database at `db` (on a filesystem a test made).
+    pub fn start_with(port: u16, db: PathBuf, dir: tempfile::TempDir, extra: &[&str]) -> Hub {
         let mut hub = Hub {
             port,
-            db: dir.path().join("hub.db"),
+            db,
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             dir,

@@ -28,8 +28,10 @@ const MAX_BUFFERED: usize = 100_000_000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// How often a connected sender looks at the queue.
+/// How often a connected sender looks at the queue while records flow.
 const POLL: Duration = Duration::from_millis(2);
+/// After this long without a record the sender sleeps on the queue instead of ticking.
+const IDLE_AFTER: Duration = Duration::from_millis(200);
 
 pub(crate) struct Sender {
     url: String,
@@ -43,6 +45,8 @@ pub(crate) struct Sender {
     building_bytes: usize,
     /// Random per process: the hub tells this writer from a second one on the same run.
     writer: u64,
+    /// When a command was last taken from the queue (ticking or sleeping on it).
+    last_taken: Instant,
     pending: VecDeque<Batch>,
     next_seq: u64,
     /// Every batch up to this one is acknowledged; what is held starts right after it.
@@ -109,6 +113,7 @@ impl Sender {
             building: Vec::new(),
             building_bytes: 0,
             writer: writer_id(),
+            last_taken: Instant::now(),
             pending: VecDeque::new(),
             next_seq: 1,
             acked_seq: 0,
@@ -215,7 +220,10 @@ impl Sender {
     fn drain(&mut self, commands: &mut mpsc::Receiver<Command>) {
         while self.can_buffer() && self.building.len() < self.options.max_batch * 4 {
             match commands.try_recv() {
-                Ok(cmd) => self.take(Some(cmd)),
+                Ok(cmd) => {
+                    self.last_taken = Instant::now();
+                    self.take(Some(cmd))
+                }
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
                     self.take(None);
@@ -570,11 +578,17 @@ impl Sender {
             }
 
             let beat_at = last_send + self.options.heartbeat;
+            let flowing = self.last_taken.elapsed() < IDLE_AFTER;
             tokio::select! {
-                // Poll the queue instead of awaiting it: an awaited queue makes every `log`
-                // wake this thread (a futex call on the training thread, per step); polling
-                // costs at most POLL of latency and no syscall in `log`.
-                _ = tokio::time::sleep(POLL), if self.can_buffer() => {}
+                // While records flow, look at the queue every POLL instead of awaiting it:
+                // an awaited queue makes every `log` wake this thread (a futex call on the
+                // training thread, per step); the tick costs at most POLL of latency and no
+                // syscall in `log`. Idle, sleep on the queue: the first record wakes it.
+                _ = tokio::time::sleep(POLL), if self.can_buffer() && flowing => {}
+                cmd = commands.recv(), if self.can_buffer() && !flowing => {
+                    self.last_taken = Instant::now();
+                    self.take(cmd);
+                }
                 msg = next_from_hub(&mut stream) => match msg {
                     Ok(FromHub::Ack(ack)) => {
                         progressed = true;
