@@ -80,7 +80,14 @@ fn parse_datetime(s: &str) -> Option<f64> {
     let h: i64 = t.next()?.parse().ok()?;
     let min: i64 = t.next()?.parse().ok()?;
     let sec: f64 = t.next().unwrap_or("0").parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+    // `f64` parses "nan" and "inf" too: a time of day is finite and in range.
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&min)
+        || !(0.0..61.0).contains(&sec)
+        || !(-9999..=9999).contains(&y)
+    {
         return None;
     }
     // Days from civil (H. Hinnant).
@@ -389,6 +396,23 @@ mod tests {
         assert!(p.row("1").unwrap_err().contains("cells"));
         assert!(p.row("x,1").unwrap_err().contains("step"));
         assert!(Parser::new("epoch,loss").is_err());
+    }
+
+    #[test]
+    fn a_time_of_day_is_finite_and_in_range() {
+        // Found by fuzzing: "nan" parsed as seconds gave a NaN wall time.
+        for bad in [
+            "2026-12-03T10:00:nan",
+            "2026-12-03 10:00:inf",
+            "2026-12-03 25:00:00",
+            "2026-12-03 10:61:00",
+        ] {
+            assert_eq!(parse_datetime(bad), None, "{bad}");
+        }
+        assert!(
+            parse_datetime("2026-12-03 23:59:60.5").is_some(),
+            "a leap second"
+        );
     }
 
     #[test]
