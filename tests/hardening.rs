@@ -477,3 +477,67 @@ fn a_full_disk_stops_acknowledging_keeps_reading_and_loses_nothing() {
     drop(hub);
     drop(fs);
 }
+
+/// SIGKILLs of the hub at random moments while four collectors stream: every record arrives
+/// exactly once. `STEPSTREAM_KILLS` sets the count (default 25 here; `scripts/kill-test`
+/// runs 1,000).
+#[test]
+fn sigkill_storm_loses_and_doubles_nothing() {
+    let kills: u32 = std::env::var("STEPSTREAM_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(25);
+    let mut hub = Hub::start(&[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let run = Collector::start(options(&hub, &format!("storm-{w}"))).unwrap();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut step = 0i64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    run.log(step, &[("loss", 1.0 / (1.0 + step as f64)), ("lr", 1e-3)]);
+                    step += 1;
+                    if step % 50 == 0 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                (run, step)
+            })
+        })
+        .collect();
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    println!("sigkill storm: {kills} kills, seed {seed}");
+    let started = Instant::now();
+    for _ in 0..kills {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(20 + seed % 280));
+        hub.restart();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let (run, steps) = w.join().unwrap();
+        let id = run.run_id().clone();
+        let report = run.finish_shared(Outcome::Finished, Duration::from_secs(60));
+        assert!(report.delivered, "{report:?} {:?}", run.last_error());
+        assert_eq!(report.dropped, 0);
+        let detail = hub.run_json(id.as_str()).unwrap();
+        assert_eq!(detail["records"], steps, "{id}: stored records");
+        let s = hub.json(&format!("/api/runs/{id}/series?metric=loss&budget=1000000"));
+        let got: Vec<i64> = serde_json::from_value(s["steps"].clone()).unwrap();
+        let mut sorted = got.clone();
+        sorted.dedup();
+        assert_eq!(sorted.len(), got.len(), "{id}: a step stored twice");
+        assert_eq!(got, (0..steps).collect::<Vec<_>>(), "{id}: a step lost");
+    }
+    println!(
+        "sigkill storm: {kills} kills in {:.0} s, nothing lost or doubled",
+        started.elapsed().as_secs_f64()
+    );
+}
