@@ -4,7 +4,12 @@
 //!   can; reports step records per second until the hub acknowledged every one.
 //! * latency: one collector logs at a fixed rate while a viewer is subscribed; reports the
 //!   time from `log` to the viewer receiving the point (p50/p99), on one clock.
+//! * fleet: many runs at a fixed rate each (default 100 runs x 100 steps/s x 10 metrics)
+//!   with viewers subscribed (default 20, each to 10 runs): loss (every record must reach the
+//!   hub and every viewer of its run), log-to-viewer latency p50/p99, and the hub's CPU;
+//!   with `--soak-minutes` it runs that long and samples the hub's memory every 30 s.
 //!
+//! The hub's CPU time comes from `/proc/PID/stat` of the hub it started.
 //! It starts its own hub (the `stepstream` binary beside it, on a temporary database)
 //! unless `--hub` names one.
 
@@ -34,6 +39,47 @@ struct Args {
     /// Seconds the latency test runs.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Runs in the fleet test (0 skips it).
+    #[arg(long, default_value_t = 100)]
+    fleet_runs: usize,
+    /// Steps per second of each fleet run.
+    #[arg(long, default_value_t = 100.0)]
+    fleet_rate: f64,
+    /// Viewers in the fleet test.
+    #[arg(long, default_value_t = 20)]
+    fleet_viewers: usize,
+    /// Runs each fleet viewer subscribes to.
+    #[arg(long, default_value_t = 10)]
+    fleet_viewer_runs: usize,
+    /// Seconds the fleet test runs (unless soaking).
+    #[arg(long, default_value_t = 30.0)]
+    fleet_seconds: f64,
+    /// Run the fleet this many minutes instead, sampling the hub's memory.
+    #[arg(long)]
+    soak_minutes: Option<f64>,
+    /// Skip the ingest and latency tests.
+    #[arg(long)]
+    fleet_only: bool,
+}
+
+/// The hub's CPU seconds (user + system) and resident memory in MB, from `/proc`.
+fn hub_usage(pid: Option<u32>) -> Option<(f64, f64)> {
+    let pid = pid?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at `) `.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    // Linux reports CPU time in clock ticks of 1/100 s (USER_HZ).
+    Some((ticks / 100.0, rss_kb / 1024.0))
 }
 
 const METRICS: [&str; 10] = [
@@ -96,7 +142,8 @@ fn values(step: i64) -> Vec<(&'static str, f64)> {
         .collect()
 }
 
-fn ingest(hub: &str, collectors: usize, records: i64) -> Result<()> {
+fn ingest(hub: &str, pid: Option<u32>, collectors: usize, records: i64) -> Result<()> {
+    let cpu_before = hub_usage(pid).map(|u| u.0);
     println!(
         "ingest: {collectors} collectors x {records} records x {} metrics",
         METRICS.len()
@@ -139,6 +186,14 @@ fn ingest(hub: &str, collectors: usize, records: i64) -> Result<()> {
         "  ingest: {total} records in {secs:.2} s = {:.0} step records/s (all acknowledged, i.e. stored)",
         total as f64 / secs
     );
+    if let (Some(before), Some((after, rss))) = (cpu_before, hub_usage(pid)) {
+        println!(
+            "  hub CPU: {:.2} s = {:.2} us per record ({:.0}% of one core); hub memory {rss:.0} MB",
+            after - before,
+            (after - before) * 1e6 / total as f64,
+            100.0 * (after - before) / secs
+        );
+    }
     Ok(())
 }
 
@@ -227,7 +282,15 @@ fn main() -> Result<()> {
         .hub
         .clone()
         .unwrap_or_else(|| own.as_ref().expect("own hub").url.clone());
-    ingest(&hub, args.collectors, args.records)?;
-    latency(&hub, args.rate, args.seconds)?;
+    let pid = own.as_ref().map(|o| o.child.id());
+    if !args.fleet_only {
+        ingest(&hub, pid, args.collectors, args.records)?;
+        latency(&hub, args.rate, args.seconds)?;
+    }
+    if args.fleet_runs > 0 {
+        fleet::fleet(&hub, pid, &args)?;
+    }
     Ok(())
 }
+
+mod fleet;

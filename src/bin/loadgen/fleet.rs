@@ -1,0 +1,188 @@
+//! The fleet: many runs at a fixed rate, viewers on them, loss, latency, hub CPU and memory.
+
+use super::{hub_usage, percentile, values, Args};
+use anyhow::{bail, Result};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::{unix_now, FromViewer, RunId, Subscribe, ToViewer};
+
+/// What one viewer saw: records per run (live and backfilled, by step), and latencies.
+#[derive(Default)]
+struct Seen {
+    steps: HashMap<RunId, std::collections::HashSet<i64>>,
+    doubled: u64,
+    latency_ms: Vec<f64>,
+}
+
+pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
+    let runs = args.fleet_runs;
+    let seconds = args
+        .soak_minutes
+        .map_or(args.fleet_seconds, |m| m * 60.0);
+    println!(
+        "fleet: {runs} runs x {} steps/s x 10 metrics for {seconds:.0} s, {} viewers x {} runs",
+        args.fleet_rate, args.fleet_viewers, args.fleet_viewer_runs
+    );
+    // Collectors first (so their runs exist), then viewers, then the clock starts.
+    let collectors: Vec<Collector> = (0..runs)
+        .map(|r| {
+            let mut run = Collector::start(Options::new(hub, "fleet", &format!("run-{r}")))?;
+            run.set_finish_timeout(Duration::from_secs(120));
+            run.log(-1, &values(0));
+            run.flush();
+            Ok(run)
+        })
+        .collect::<Result<_>>()?;
+    for c in &collectors {
+        if c.wait_welcome(Duration::from_secs(30)).is_none() {
+            bail!("a fleet collector was not welcomed: {:?}", c.last_error());
+        }
+    }
+    let ids: Vec<RunId> = collectors.iter().map(|c| c.run_id().clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen: Vec<Arc<Mutex<Seen>>> = (0..args.fleet_viewers)
+        .map(|_| Arc::new(Mutex::new(Seen::default())))
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let mut watching: Vec<Vec<RunId>> = Vec::new();
+    for (v, seen) in seen.iter().enumerate() {
+        let mine: Vec<RunId> = (0..args.fleet_viewer_runs.min(runs))
+            .map(|k| ids[(v * args.fleet_viewer_runs + k) % runs].clone())
+            .collect();
+        watching.push(mine.clone());
+        let url = format!("{}/ws/viewer", hub.trim_end_matches('/'));
+        let seen = seen.clone();
+        let stop = stop.clone();
+        rt.spawn(async move {
+            let Ok((mut ws, _)) = tokio_tungstenite::connect_async(url).await else {
+                return;
+            };
+            let sub = FromViewer::Subscribe(Subscribe {
+                runs: mine,
+                metrics: None,
+                from_step: None,
+                budget: None,
+            });
+            let _ = ws
+                .send(tokio_tungstenite::tungstenite::Message::Binary(
+                    sub.encode().into(),
+                ))
+                .await;
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(Some(Ok(msg))) =
+                    tokio::time::timeout(Duration::from_secs(1), ws.next()).await
+                else {
+                    continue;
+                };
+                let tokio_tungstenite::tungstenite::Message::Binary(bytes) = msg else {
+                    continue;
+                };
+                let now = unix_now();
+                let mut s = seen.lock().expect("seen");
+                match ToViewer::decode(&bytes) {
+                    Ok(ToViewer::Live(live)) => {
+                        for r in live.records.iter().filter(|r| r.step >= 0) {
+                            s.latency_ms.push((now - r.wall_time) * 1e3);
+                            if !s.steps.entry(live.run_id.clone()).or_default().insert(r.step) {
+                                s.doubled += 1;
+                            }
+                        }
+                    }
+                    Ok(ToViewer::Backfill(b)) => {
+                        if let Some(series) = b.series.first() {
+                            let steps = s.steps.entry(b.run_id.clone()).or_default();
+                            for &step in series.steps.iter().filter(|&&st| st >= 0) {
+                                steps.insert(step);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (cpu0, rss0) = hub_usage(pid).unwrap_or((0.0, 0.0));
+    let started = Instant::now();
+    // One thread paces every run: each period it logs one step of every run.
+    let period = Duration::from_secs_f64(1.0 / args.fleet_rate);
+    let total_steps = (seconds * args.fleet_rate) as i64;
+    let mut memory = vec![(0.0, rss0)];
+    let mut next_sample = Duration::from_secs(30);
+    for step in 0..total_steps {
+        let due = started + period * step as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        for c in &collectors {
+            c.log(step, &values(step));
+        }
+        if started.elapsed() >= next_sample {
+            if let Some((_, rss)) = hub_usage(pid) {
+                memory.push((started.elapsed().as_secs_f64(), rss));
+            }
+            next_sample += Duration::from_secs(30);
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (cpu1, rss1) = hub_usage(pid).unwrap_or((0.0, 0.0));
+    let mut lost = 0u64;
+    for c in collectors {
+        let report = c.finish(Outcome::Finished);
+        if !report.delivered || report.dropped > 0 {
+            lost += report.unacked + report.dropped;
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    rt.shutdown_timeout(Duration::from_secs(3));
+    let mut latency = Vec::new();
+    let (mut missing, mut doubled) = (0u64, 0u64);
+    for (s, mine) in seen.iter().zip(&watching) {
+        let s = s.lock().expect("seen");
+        doubled += s.doubled;
+        for id in mine {
+            let got = s.steps.get(id).map_or(0, |st| st.len()) as i64;
+            missing += (total_steps - got).max(0) as u64;
+        }
+        latency.extend_from_slice(&s.latency_ms);
+    }
+    latency.sort_by(f64::total_cmp);
+    let records = total_steps as f64 * runs as f64;
+    println!(
+        "  sent {records:.0} records in {elapsed:.1} s ({:.0}/s); not acknowledged {lost}; \
+         viewers missed {missing}, got twice {doubled}",
+        records / elapsed
+    );
+    if !latency.is_empty() {
+        println!(
+            "  log -> viewer: n={} p50={:.2} ms p99={:.2} ms max={:.2} ms",
+            latency.len(),
+            percentile(&latency, 0.5),
+            percentile(&latency, 0.99),
+            latency.last().unwrap_or(&0.0)
+        );
+    }
+    if pid.is_some() {
+        println!(
+            "  hub CPU {:.1}% of one core ({:.2} us per record); memory {rss0:.0} -> {rss1:.0} MB",
+            100.0 * (cpu1 - cpu0) / elapsed,
+            (cpu1 - cpu0) * 1e6 / records
+        );
+        if memory.len() > 2 {
+            let samples: Vec<String> = memory
+                .iter()
+                .map(|(t, m)| format!("{:.0}s:{m:.0}", t))
+                .collect();
+            println!("  hub memory (MB) over time: {}", samples.join(" "));
+        }
+    }
+    Ok(())
+}
