@@ -193,8 +193,8 @@ pub struct Collector {
     last_step: std::sync::atomic::AtomicI64,
 }
 
-/// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
-pub fn new_run_id() -> RunId {
+/// A random number: the time and the process mixed by std's randomly keyed hasher.
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -204,8 +204,13 @@ pub fn new_run_id() -> RunId {
             .unwrap_or(0),
     );
     h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
+pub fn new_run_id() -> RunId {
     let stamp = utc_stamp(unix_now()).replace('_', "-");
-    RunId::new(format!("{stamp}-{:08x}", h.finish() as u32)).expect("generated ids are valid")
+    RunId::new(format!("{stamp}-{:08x}", random_u64() as u32)).expect("generated ids are valid")
 }
 
 /// This machine's name, as runs report it.

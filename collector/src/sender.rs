@@ -78,20 +78,6 @@ enum Ended {
     },
 }
 
-/// A random writer id: the time and the process mixed by std's randomly keyed hasher.
-fn writer_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -112,7 +98,7 @@ impl Sender {
             metrics: MetricTable::default(),
             building: Vec::new(),
             building_bytes: 0,
-            writer: writer_id(),
+            writer: crate::random_u64(),
             last_taken: Instant::now(),
             pending: VecDeque::new(),
             next_seq: 1,

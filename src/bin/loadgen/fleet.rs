@@ -20,9 +20,7 @@ struct Seen {
 
 pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
     let runs = args.fleet_runs;
-    let seconds = args
-        .soak_minutes
-        .map_or(args.fleet_seconds, |m| m * 60.0);
+    let seconds = args.soak_minutes.map_or(args.fleet_seconds, |m| m * 60.0);
     println!(
         "fleet: {runs} runs x {} steps/s x 10 metrics for {seconds:.0} s, {} viewers x {} runs",
         args.fleet_rate, args.fleet_viewers, args.fleet_viewer_runs
@@ -90,7 +88,12 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
                     Ok(ToViewer::Live(live)) => {
                         for r in live.records.iter().filter(|r| r.step >= 0) {
                             s.latency_ms.push((now - r.wall_time) * 1e3);
-                            if !s.steps.entry(live.run_id.clone()).or_default().insert(r.step) {
+                            if !s
+                                .steps
+                                .entry(live.run_id.clone())
+                                .or_default()
+                                .insert(r.step)
+                            {
                                 s.doubled += 1;
                             }
                         }
