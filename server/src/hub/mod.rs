@@ -480,16 +480,20 @@ impl Hub {
             st.dirty = true;
             heard_from(st, &self.rules, now)
         });
-        let frame = encode(ToViewer::Live(stepstream_protocol::Live {
-            run_id,
-            seq,
-            records: records.to_vec(),
-        }));
-        let _ = run.live.send(LiveEvent::Batch {
-            seq,
-            records: records.clone(),
-            frame,
-        });
+        // Encoded once for every viewer that takes the whole batch; not at all when nobody
+        // watches the run.
+        if run.live.receiver_count() > 0 {
+            let frame = encode(ToViewer::Live(stepstream_protocol::Live {
+                run_id,
+                seq,
+                records: records.to_vec(),
+            }));
+            let _ = run.live.send(LiveEvent::Batch {
+                seq,
+                records: records.clone(),
+                frame,
+            });
+        }
         if revived {
             self.judge(Job::Revived {
                 run: run.clone(),
