@@ -535,7 +535,10 @@ fn sigkill_storm_loses_and_doubles_nothing() {
         let got: Vec<i64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
         assert_eq!(got.len() as i64, steps, "{id}: rows stored");
         if let Some(i) = (0..got.len()).find(|&i| got[i] != i as i64) {
-            panic!("{id}: row {i} holds step {} (a step lost or doubled)", got[i]);
+            panic!(
+                "{id}: row {i} holds step {} (a step lost or doubled)",
+                got[i]
+            );
         }
     }
     println!(

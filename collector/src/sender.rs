@@ -30,8 +30,9 @@ const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How often a connected sender looks at the queue while records flow.
 const POLL: Duration = Duration::from_millis(2);
-/// After this long without a record the sender sleeps on the queue instead of ticking.
-const IDLE_AFTER: Duration = Duration::from_millis(200);
+/// Records per tick from which the sender keeps ticking; below it (fewer than ~2,000
+/// records a second) it sleeps on the queue and each record wakes it.
+const BUSY_TICK: usize = 4;
 
 pub(crate) struct Sender {
     url: String,
@@ -45,8 +46,8 @@ pub(crate) struct Sender {
     building_bytes: usize,
     /// Random per process: the hub tells this writer from a second one on the same run.
     writer: u64,
-    /// When a command was last taken from the queue (ticking or sleeping on it).
-    last_taken: Instant,
+    /// Commands taken from the queue since the last tick.
+    taken: usize,
     pending: VecDeque<Batch>,
     next_seq: u64,
     /// Every batch up to this one is acknowledged; what is held starts right after it.
@@ -99,7 +100,7 @@ impl Sender {
             building: Vec::new(),
             building_bytes: 0,
             writer: crate::random_u64(),
-            last_taken: Instant::now(),
+            taken: 0,
             pending: VecDeque::new(),
             next_seq: 1,
             acked_seq: 0,
@@ -207,7 +208,7 @@ impl Sender {
         while self.can_buffer() && self.building.len() < self.options.max_batch * 4 {
             match commands.try_recv() {
                 Ok(cmd) => {
-                    self.last_taken = Instant::now();
+                    self.taken += 1;
                     self.take(Some(cmd))
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break,
@@ -564,15 +565,16 @@ impl Sender {
             }
 
             let beat_at = last_send + self.options.heartbeat;
-            let flowing = self.last_taken.elapsed() < IDLE_AFTER;
+            let busy = std::mem::take(&mut self.taken) >= BUSY_TICK;
             tokio::select! {
-                // While records flow, look at the queue every POLL instead of awaiting it:
-                // an awaited queue makes every `log` wake this thread (a futex call on the
-                // training thread, per step); the tick costs at most POLL of latency and no
-                // syscall in `log`. Idle, sleep on the queue: the first record wakes it.
-                _ = tokio::time::sleep(POLL), if self.can_buffer() && flowing => {}
-                cmd = commands.recv(), if self.can_buffer() && !flowing => {
-                    self.last_taken = Instant::now();
+                // Many records a second: look at the queue every POLL instead of awaiting
+                // it, since an awaited queue makes every `log` wake this thread (a futex
+                // call on the training thread per step); the tick costs at most POLL of
+                // latency and no syscall in `log`. Fewer: sleep on the queue, each record
+                // wakes it (fewer wakeups than ticking, and no added latency).
+                _ = tokio::time::sleep(POLL), if self.can_buffer() && busy => {}
+                cmd = commands.recv(), if self.can_buffer() && !busy => {
+                    self.taken += 1;
                     self.take(cmd);
                 }
                 msg = next_from_hub(&mut stream) => match msg {

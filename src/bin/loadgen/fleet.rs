@@ -4,6 +4,7 @@ use super::{hub_usage, percentile, values, Args};
 use anyhow::{bail, Result};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
+use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,22 +26,33 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
         "fleet: {runs} runs x {} steps/s x 10 metrics for {seconds:.0} s, {} viewers x {} runs",
         args.fleet_rate, args.fleet_viewers, args.fleet_viewer_runs
     );
-    // Collectors first (so their runs exist), then viewers, then the clock starts.
-    let collectors: Vec<Collector> = (0..runs)
-        .map(|r| {
-            let mut run = Collector::start(Options::new(hub, "fleet", &format!("run-{r}")))?;
-            run.set_finish_timeout(Duration::from_secs(120));
-            run.log(-1, &values(0));
-            run.flush();
-            Ok(run)
-        })
-        .collect::<Result<_>>()?;
-    for c in &collectors {
-        if c.wait_welcome(Duration::from_secs(30)).is_none() {
-            bail!("a fleet collector was not welcomed: {:?}", c.last_error());
+    // The collectors live in a child process of their own session (the scheduler shares
+    // the CPU between sessions first): their run ids come back on its stdout, "go" starts
+    // the clock, and its report ends it.
+    let mut child = std::process::Command::new("setsid")
+        .arg(std::env::current_exe()?)
+        .args(["--fleet-collectors", "--hub", hub])
+        .args(["--fleet-runs", &runs.to_string()])
+        .args(["--fleet-rate", &args.fleet_rate.to_string()])
+        .args(["--fleet-seconds", &seconds.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut ids: Vec<RunId> = Vec::new();
+    for line in lines.by_ref() {
+        let line = line?;
+        if line == "ready" {
+            break;
         }
+        ids.push(RunId::new(line)?);
     }
-    let ids: Vec<RunId> = collectors.iter().map(|c| c.run_id().clone()).collect();
+    if ids.len() != runs {
+        bail!(
+            "the collectors process started {} runs of {runs}",
+            ids.len()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let seen: Vec<Arc<Mutex<Seen>>> = (0..args.fleet_viewers)
         .map(|_| Arc::new(Mutex::new(Seen::default())))
@@ -114,35 +126,38 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
     std::thread::sleep(Duration::from_secs(2));
     let (cpu0, rss0) = hub_usage(pid).unwrap_or((0.0, 0.0));
     let started = Instant::now();
-    // One thread paces every run: each period it logs one step of every run.
-    let period = Duration::from_secs_f64(1.0 / args.fleet_rate);
+    writeln!(child.stdin.as_mut().expect("piped"), "go")?;
     let total_steps = (seconds * args.fleet_rate) as i64;
     let mut memory = vec![(0.0, rss0)];
-    let mut next_sample = Duration::from_secs(30);
-    for step in 0..total_steps {
-        let due = started + period * step as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
+    let mut report = String::new();
+    // Sample the hub's memory while the collectors run; their report ends the run.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
         }
-        for c in &collectors {
-            c.log(step, &values(step));
-        }
-        if started.elapsed() >= next_sample {
-            if let Some((_, rss)) = hub_usage(pid) {
-                memory.push((started.elapsed().as_secs_f64(), rss));
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                report = line;
+                break;
             }
-            next_sample += Duration::from_secs(30);
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some((_, rss)) = hub_usage(pid) {
+                    memory.push((started.elapsed().as_secs_f64(), rss));
+                }
+            }
+            Err(_) => break,
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let (cpu1, rss1) = hub_usage(pid).unwrap_or((0.0, 0.0));
-    let mut lost = 0u64;
-    for c in collectors {
-        let report = c.finish(Outcome::Finished);
-        if !report.delivered || report.dropped > 0 {
-            lost += report.unacked + report.dropped;
-        }
-    }
+    let _ = child.wait();
+    let lost: u64 = report
+        .strip_prefix("unacknowledged ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u64::MAX);
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
     rt.shutdown_timeout(Duration::from_secs(3));
@@ -164,6 +179,7 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
          viewers missed {missing}, got twice {doubled}",
         records / elapsed
     );
+    // CPU and memory over the streaming time (the finish included).
     if !latency.is_empty() {
         println!(
             "  log -> viewer: n={} p50={:.2} ms p99={:.2} ms max={:.2} ms",
@@ -187,5 +203,48 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
             println!("  hub memory (MB) over time: {}", samples.join(" "));
         }
     }
+    Ok(())
+}
+
+/// The fleet's collectors, in their own process: one per run, paced by one thread.
+pub fn collectors(hub: &str, args: &Args) -> Result<()> {
+    let collectors: Vec<Collector> = (0..args.fleet_runs)
+        .map(|r| {
+            let mut run = Collector::start(Options::new(hub, "fleet", &format!("run-{r}")))?;
+            run.set_finish_timeout(Duration::from_secs(120));
+            run.log(-1, &values(0));
+            run.flush();
+            Ok(run)
+        })
+        .collect::<Result<_>>()?;
+    for c in &collectors {
+        if c.wait_welcome(Duration::from_secs(30)).is_none() {
+            bail!("a fleet collector was not welcomed: {:?}", c.last_error());
+        }
+        println!("{}", c.run_id());
+    }
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    let period = Duration::from_secs_f64(1.0 / args.fleet_rate);
+    let total_steps = (args.fleet_seconds * args.fleet_rate) as i64;
+    let started = Instant::now();
+    for step in 0..total_steps {
+        let due = started + period * step as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        for c in &collectors {
+            c.log(step, &values(step));
+        }
+    }
+    let mut unacked = 0;
+    for c in collectors {
+        let report = c.finish(Outcome::Finished);
+        if !report.delivered || report.dropped > 0 {
+            unacked += report.unacked + report.dropped;
+        }
+    }
+    println!("unacknowledged {unacked}");
     Ok(())
 }
