@@ -247,7 +247,7 @@ fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
         run.finish_shared(Outcome::Finished, Duration::from_secs(60))
             .delivered
     );
-    let pid = hub_pid(&hub);
+    let pid = hub.pid();
     let before = rss_mb(pid);
     // Forty viewers ask for the raw history (~25 MB of frames each) and never read.
     let mut stuck = Vec::new();
@@ -275,16 +275,6 @@ fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
         "hub memory grew {grown:.0} MB for 40 stuck viewers"
     );
     drop(stuck);
-}
-
-fn hub_pid(hub: &Hub) -> u32 {
-    let out = std::process::Command::new("sh")
-        .args(["-c", &format!("ss -ltnpH 'sport = :{}'", hub.port)])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let at = text.find("pid=").expect("ss shows the hub's pid") + 4;
-    text[at..].split(',').next().unwrap().parse().unwrap()
 }
 
 fn rss_mb(pid: u32) -> f64 {

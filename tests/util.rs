@@ -84,6 +84,11 @@ impl Hub {
         self.child = Some(child);
     }
 
+    /// The hub process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn ws(&self) -> String {
         format!("ws://127.0.0.1:{}", self.port)
     }
