@@ -68,6 +68,10 @@ fn a_wide_runs_history_reaches_a_viewer_in_bounded_chunks() {
             .get(&id)
             .is_some_and(|s| s.backfill_done)));
         let seen = &viewer.runs[&id];
+        assert_eq!(
+            seen.most_series_per_backfill, 1,
+            "one metric per history frame"
+        );
         assert_eq!(seen.points.len(), 300, "{budget:?}");
         assert!(seen.points.values().all(|p| p.len() == 4000), "{budget:?}");
         assert!(names.iter().all(|n| seen.duplicates(n).is_empty()));

@@ -218,6 +218,8 @@ pub struct Seen {
     /// metric name -> step -> how many times a point for that step arrived, and its value.
     pub points: BTreeMap<String, BTreeMap<i64, (u32, f64)>>,
     pub backfill_done: bool,
+    /// The most metrics one backfill frame carried.
+    pub most_series_per_backfill: usize,
     pub live_batches: u64,
     pub resyncs: u64,
     pub status: Option<RunStatus>,
@@ -356,6 +358,7 @@ impl Viewer {
             }
             ToViewer::Backfill(b) => {
                 let seen = self.runs.entry(b.run_id).or_default();
+                seen.most_series_per_backfill = seen.most_series_per_backfill.max(b.series.len());
                 for s in &b.series {
                     for (&step, &v) in s.steps.iter().zip(&s.values) {
                         seen.add(s.metric, step, v);

@@ -122,10 +122,23 @@ pub(super) async fn backfill(
             // Nothing stored past `from` (cannot happen below `through`): end here.
             let done = page.last_seq >= through || page.last_seq == from;
             from = page.last_seq;
-            sent = out
-                .send(chunk(page.chunk.take(), false, done))
-                .await
-                .is_ok();
+            // One metric per frame; the page's last frame says whether history is done.
+            let mut frames: Vec<Vec<Series>> =
+                page.chunk.take().into_iter().map(|s| vec![s]).collect();
+            if frames.is_empty() {
+                frames.push(Vec::new());
+            }
+            let n = frames.len();
+            for (i, series) in frames.into_iter().enumerate() {
+                if out
+                    .send(chunk(series, false, done && i + 1 == n))
+                    .await
+                    .is_err()
+                {
+                    sent = false;
+                    break;
+                }
+            }
             if done {
                 break;
             }
