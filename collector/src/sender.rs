@@ -22,6 +22,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// Batches sent and not yet acknowledged, at most.
 const WINDOW: u64 = 32;
+/// New records are sealed into a batch only while fewer batches than this are in flight;
+/// otherwise they gather until an acknowledgement (or a full batch).
+const IN_FLIGHT_TO_SEAL: u64 = 1;
 /// Records held in all (memory and spool), at most; beyond it the sender stops taking from
 /// the queue, and `log` drops (and counts) once that fills too.
 const MAX_BUFFERED: usize = 100_000_000;
@@ -525,7 +528,11 @@ impl Sender {
                     return lost(e.to_string(), progressed);
                 }
             }
-            if sent - acked < WINDOW {
+            // New records go out at once while nothing is in flight; otherwise they gather
+            // until the hub acknowledges (or a batch fills). Against an idle hub a record is
+            // sent immediately; against a busy one, batches grow with its delay, so the
+            // hub's per-batch cost falls exactly when it matters.
+            if sent - acked < IN_FLIGHT_TO_SEAL {
                 self.seal();
             }
             self.refill();
