@@ -2,22 +2,8 @@
 
 use super::*;
 use crate::limits::HubLimits;
+use crate::store::test_identity as identity;
 use stepstream_protocol::Limits;
-
-fn identity(id: &str, project: &str) -> RunIdentity {
-    RunIdentity {
-        run_id: RunId::new(id).unwrap(),
-        project: project.into(),
-        name: "n".into(),
-        config_json: "{}".into(),
-        host: "h".into(),
-        rank: 0,
-        world_size: 1,
-        job: String::new(),
-        framework: String::new(),
-        started_at: 1.0,
-    }
-}
 
 fn def(id: u32, name: &str) -> MetricDef {
     MetricDef {

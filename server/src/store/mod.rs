@@ -413,6 +413,23 @@ impl Store {
     }
 }
 
+/// A run identity for tests: `id` in `project`, the rest fixed.
+#[cfg(test)]
+pub(crate) fn test_identity(id: &str, project: &str) -> RunIdentity {
+    RunIdentity {
+        run_id: RunId::new(id).unwrap(),
+        project: project.into(),
+        name: "n".into(),
+        config_json: "{}".into(),
+        host: "h".into(),
+        rank: 0,
+        world_size: 1,
+        job: String::new(),
+        framework: String::new(),
+        started_at: 1.0,
+    }
+}
+
 /// Hands each `(seq, data)` row's blob to `f` until it returns `Break`; a blob `f` cannot
 /// read (`None`) is a [`StoreError::Corrupt`].
 fn each_blob(
@@ -452,21 +469,6 @@ fn each_batch<S>(
 mod tests {
     use super::*;
 
-    fn identity(id: &str) -> RunIdentity {
-        RunIdentity {
-            run_id: RunId::new(id).unwrap(),
-            project: "p".into(),
-            name: "n".into(),
-            config_json: "{\"lr\":0.1}".into(),
-            host: "h".into(),
-            rank: 0,
-            world_size: 1,
-            job: String::new(),
-            framework: String::new(),
-            started_at: 1.0,
-        }
-    }
-
     use blob::test_record as rec;
 
     #[tokio::test]
@@ -476,7 +478,10 @@ mod tests {
         {
             let (store, runs) = Store::open(&path, false).unwrap();
             assert!(runs.is_empty());
-            let key = store.upsert_run(identity("r1"), 10.0).await.unwrap();
+            let key = store
+                .upsert_run(test_identity("r1", "p"), 10.0)
+                .await
+                .unwrap();
             store
                 .define_metrics(
                     key,
