@@ -11,7 +11,9 @@ fn main() {
         .unwrap_or_else(|_| manifest.join("../frontend/dist"));
     println!("cargo:rerun-if-env-changed=STEPSTREAM_WEB_DIST");
     println!("cargo:rerun-if-changed={}", dist.display());
-    let mut code = String::from("pub static ASSETS: &[(&str, &[u8])] = &[\n");
+    // (name, bytes, entity tag): the tag is a hash of the bytes, so a browser revalidating a
+    // file it holds gets `304 Not Modified` until the next build changes it.
+    let mut code = String::from("pub static ASSETS: &[(&str, &[u8], &str)] = &[\n");
     if dist.join("index.html").exists() {
         let mut files: Vec<_> = std::fs::read_dir(&dist)
             .unwrap()
@@ -22,8 +24,9 @@ fn main() {
         for f in files {
             let path = f.path().canonicalize().unwrap();
             println!("cargo:rerun-if-changed={}", path.display());
+            let tag = fnv1a(&std::fs::read(&path).unwrap());
             code.push_str(&format!(
-                "    ({:?}, include_bytes!({:?})),\n",
+                "    ({:?}, include_bytes!({:?}), \"\\\"{tag:016x}\\\"\"),\n",
                 f.file_name().to_string_lossy(),
                 path.display().to_string()
             ));
@@ -32,4 +35,11 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("web_assets.rs");
     std::fs::write(out, code).unwrap();
+}
+
+/// FNV-1a, 64 bits: a change detector for entity tags, not a security hash.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

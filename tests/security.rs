@@ -352,7 +352,8 @@ fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
         ["v-1"],
         "a write token reads what it writes"
     );
-    // Another run is as unknown as a missing one: detail, series, CSV, config, alerts.
+    // Another run is refused (403: run ids are addresses, the data is what is kept), a
+    // missing one unknown: detail, series, CSV, config, alerts.
     for path in [
         "",
         "/series?metric=loss",
@@ -362,6 +363,11 @@ fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
     ] {
         assert_eq!(
             get(&format!("/api/runs/a-1{path}"), "nlp-reader").status,
+            403,
+            "{path}"
+        );
+        assert_eq!(
+            get(&format!("/api/runs/no-such-run{path}"), "nlp-reader").status,
             404,
             "{path}"
         );
@@ -372,7 +378,7 @@ fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
         );
         assert_eq!(
             get(&format!("/api/runs/n-1{path}"), "one-run").status,
-            404,
+            403,
             "{path}"
         );
     }

@@ -20,6 +20,7 @@ mod browser;
 mod charts;
 mod demo;
 mod docs;
+mod embed;
 mod hardening;
 mod hub;
 mod proxy;

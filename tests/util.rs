@@ -38,9 +38,34 @@ pub struct Hub {
     pub args: Vec<String>,
     child: Option<Child>,
     pub dir: tempfile::TempDir,
+    /// Where its stderr (its log, at `info`) goes, when a test reads it.
+    pub log: Option<PathBuf>,
 }
 
 impl Hub {
+    /// Like [`Hub::start`], its log (at `info`) kept in a file for the test to read.
+    pub fn start_logged(extra: &[&str]) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hub = Hub {
+            port: free_port(),
+            db: dir.path().join("hub.db"),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            log: Some(dir.path().join("hub.log")),
+            dir,
+        };
+        hub.spawn();
+        hub
+    }
+
+    /// What the hub logged so far (see [`Hub::start_logged`]).
+    pub fn logged(&self) -> String {
+        self.log
+            .as_ref()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
     pub fn start(extra: &[&str]) -> Hub {
         Hub::start_on(free_port(), extra)
     }
@@ -60,6 +85,7 @@ impl Hub {
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             dir,
+            log: None,
         };
         hub.spawn();
         hub
@@ -71,9 +97,18 @@ impl Hub {
             .arg("--db")
             .arg(&self.db)
             .args(&self.args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", if self.log.is_some() { "info" } else { "warn" })
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(match &self.log {
+                Some(path) => Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .unwrap(),
+                ),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .expect("start stepstream serve");
         let mut line = String::new();

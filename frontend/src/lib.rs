@@ -2,20 +2,19 @@
 //! as points arrive over the viewer WebSocket. It never polls; zooming asks the hub for the
 //! raw points of the window.
 //!
-//! * `ws` — the self-healing viewer socket; `fetch` — range and detail requests over HTTP.
-//! * `state` — the reactive state and the hub's messages; `data` — the points held.
+//! * `fetch` — range and detail requests over HTTP.
+//! * `state` — the reactive state and the hub's messages.
+//! * `stepstream_chart` (re-exported as `chart`, `data`, `ws`), shared with the embeddable
+//!   widget: the points held, the self-healing viewer socket, drawing a chart.
 //! * `view` — the view in the URL (runs, zoom, smoothing, axis, theme, language).
 //! * `groups` — which charts, in which group; `lines` — a chart's lines from the data.
-//! * `chart` — drawing with plotters on canvas; `frame` — the animation-frame loop;
-//!   `interact` — zoom, pan and the crosshair.
-//! * `components` — the page's parts; `widget` — `ChartWidget`; `i18n` — English, Chinese.
+//! * `frame` — the animation-frame loop; `interact` — zoom, pan and the crosshair.
+//! * `components` — the page's parts; `i18n` — English, Chinese.
 //!
 //! Each chart canvas carries test hooks (`data-points`, `data-drawn`, `data-last-step`,
 //! `data-out-of-order`, `data-x0`/`data-x1`, `data-detail`, ...; see `frame.rs`).
 
-pub mod chart;
 pub mod components;
-pub mod data;
 pub mod fetch;
 pub mod frame;
 pub mod groups;
@@ -24,8 +23,9 @@ pub mod interact;
 pub mod lines;
 pub mod state;
 pub mod view;
-pub mod widget;
-pub mod ws;
+
+pub use stepstream_chart as chart;
+pub use stepstream_chart::{data, ws};
 
 use components::charts::{ChartGroups, Toolbar, Tooltip};
 use components::header::{AlertList, Header, Legend, StaleBanner};
@@ -58,13 +58,7 @@ pub fn now_ms() -> f64 {
 
 #[wasm_bindgen(start)]
 pub fn start() {
-    let embedded = web_sys::window()
-        .and_then(|w| w.document())
-        .and_then(|d| d.body())
-        .is_some_and(|b| b.has_attribute("data-stepstream-embed"));
-    if !embedded {
-        leptos::mount::mount_to_body(App);
-    }
+    leptos::mount::mount_to_body(App);
     expose_memory();
 }
 
@@ -96,7 +90,10 @@ fn on_window(event: &str, f: impl FnMut() + 'static) {
 fn App() -> impl IntoView {
     let ctx = Ctx::from_location();
     let socket = ws::Socket::open(
-        ws::viewer_url(query_param("hub").as_deref()),
+        ws::viewer_url(
+            query_param("hub").as_deref(),
+            query_param("token").as_deref(),
+        ),
         ws::Handlers {
             on_open: Box::new(move || {
                 ctx.selected
@@ -106,7 +103,7 @@ fn App() -> impl IntoView {
                     .collect()
             }),
             on_message: Box::new(move |msg| ctx.on_message(msg)),
-            on_state: Box::new(move |live| ctx.live.set(live)),
+            on_state: Box::new(move |link: ws::Link| ctx.live.set(link.is_open())),
         },
     );
     state::set_socket(socket);

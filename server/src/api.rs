@@ -23,6 +23,11 @@ use stepstream_protocol::{unix_now, utc_stamp, MetricId, RunId, RunStatus, RunSu
 pub enum ApiError {
     #[error("unknown run {0:?}")]
     UnknownRun(String),
+    /// The run exists; the token may not read it. (Run ids are addresses, not secrets: the
+    /// data is what a scoped token keeps from its holder, and saying "refused" rather than
+    /// "not found" tells an embedding page's author what to fix.)
+    #[error("this token may not read run {0:?} (a token scoped to other projects or runs)")]
+    NotCovered(String),
     #[error("run {run} has no metric {metric:?}")]
     UnknownMetric { run: String, metric: String },
     #[error("{0}")]
@@ -36,6 +41,7 @@ impl IntoResponse for ApiError {
         let status = match &self {
             ApiError::UnknownRun(_) | ApiError::UnknownMetric { .. } => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotCovered(_) => StatusCode::FORBIDDEN,
             ApiError::Store(e) => {
                 tracing::error!(error = %e, "API storage error");
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -89,11 +95,18 @@ fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
 /// The run `id`, if it exists and `scope` covers it: a run outside the token's scope is as
 /// unknown as one that does not exist, so a scoped token cannot probe for others.
 fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
-    RunId::new(id)
+    let run = RunId::new(id)
         .ok()
         .and_then(|id| app.hub.run(&id))
-        .filter(|run| run.state(|st| scope.allows(&st.identity.project, id)))
-        .ok_or_else(|| ApiError::UnknownRun(id.to_string()))
+        .ok_or_else(|| ApiError::UnknownRun(id.to_string()))?;
+    if !run.state(|st| scope.allows(&st.identity.project, id)) {
+        tracing::info!(
+            run = id,
+            "a read of a run outside the token's scope refused"
+        );
+        return Err(ApiError::NotCovered(id.to_string()));
+    }
+    Ok(run)
 }
 
 pub async fn health(State(app): State<AppState>) -> Json<Value> {

@@ -6,6 +6,9 @@
 //! it may write. With no token of a kind configured, that kind is open, which `start`
 //! allows only on loopback.
 //!
+//! `stepstream token` issues a scoped token into that file; the hub re-reads the file when it
+//! changes ([`LiveAuth`]), so issuing or revoking a token needs no restart.
+//!
 //! Tokens travel in the collector's hello, or for HTTP and the viewer socket as
 //! `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded (browsers cannot set
 //! headers on a WebSocket). Comparisons take the same time however much of a token matches.
@@ -40,7 +43,7 @@ impl Scope {
 }
 
 /// Read or write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Read,
@@ -102,6 +105,85 @@ pub struct Auth {
     pub write: Option<String>,
     pub read: Option<String>,
     pub scoped: Vec<ScopedToken>,
+}
+
+/// The tokens in force, replaced whole when the tokens file changes.
+#[derive(Debug, Default)]
+pub struct LiveAuth(std::sync::RwLock<std::sync::Arc<Auth>>);
+
+impl LiveAuth {
+    pub fn new(auth: Auth) -> LiveAuth {
+        LiveAuth(std::sync::RwLock::new(std::sync::Arc::new(auth)))
+    }
+
+    pub fn current(&self) -> std::sync::Arc<Auth> {
+        // A poisoned lock still holds a whole `Arc`: replacing it is one store.
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `scoped` in force, unless that would open reads or writes the hub now guards
+    /// (an emptied file must not turn a guarded hub into an open one).
+    pub fn replace_scoped(&self, scoped: Vec<ScopedToken>) -> Result<usize, String> {
+        let old = self.current();
+        let new = Auth {
+            scoped,
+            ..(*old).clone()
+        };
+        for access in [Access::Read, Access::Write] {
+            if old.has(access) && !new.has(access) {
+                return Err(format!(
+                    "the new tokens file leaves no {access:?} token: reads and writes stay \
+                     guarded, keeping the old tokens"
+                ));
+            }
+        }
+        let n = new.scoped.len();
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(new);
+        Ok(n)
+    }
+}
+
+/// Re-reads the tokens file when it changes; a file that does not parse keeps the old tokens.
+pub async fn reload_on_change(auth: std::sync::Arc<LiveAuth>, path: std::path::PathBuf) {
+    let stamp = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()))
+    };
+    let mut seen = stamp(&path);
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let now = stamp(&path);
+        if now.is_none() || now == seen {
+            continue;
+        }
+        seen = now;
+        let result = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| TokensFile::parse(&text))
+            .and_then(|scoped| auth.replace_scoped(scoped));
+        match result {
+            Ok(n) => tracing::info!(file = %path.display(), tokens = n, "tokens file reloaded"),
+            Err(e) => {
+                tracing::error!(file = %path.display(), error = %e, "tokens file not reloaded")
+            }
+        }
+    }
+}
+
+/// A new token: 32 random bytes, URL-safe base64 (no padding), safe in `?token=`.
+pub fn new_token() -> Result<String, getrandom::Error> {
+    use base64::Engine;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// Compares without an early exit, so timing does not reveal a token's prefix.
@@ -182,7 +264,7 @@ fn token_of(req: &Request) -> Option<String> {
 
 /// Lets a request through with its read [`Scope`] in its extensions, or answers 401.
 pub async fn require_read(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    match app.auth.read_scope(token_of(&req).as_deref()) {
+    match app.auth.current().read_scope(token_of(&req).as_deref()) {
         Some(scope) => {
             req.extensions_mut().insert(scope);
             next.run(req).await

@@ -10,7 +10,7 @@
 //! `Origin` and are judged by their tokens alone.
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::{IpAddr, SocketAddr};
@@ -113,8 +113,9 @@ impl Guard {
         oh == hh.to_ascii_lowercase() && op.unwrap_or(default) == hp.unwrap_or(default)
     }
 
-    /// Checks a request's `Host` and `Origin`.
-    pub fn check(&self, req: &Request) -> Result<(), Refusal> {
+    /// Checks a request's `Host` and `Origin`; returns the origin of a cross-origin request
+    /// that may proceed (its response then names it in `Access-Control-Allow-Origin`).
+    pub fn check(&self, req: &Request) -> Result<Option<String>, Refusal> {
         let header = |name| {
             req.headers()
                 .get(name)
@@ -127,31 +128,81 @@ impl Guard {
         if !self.host_ok(&host) {
             return Err(Refusal::Host(host));
         }
-        if let Some(origin) = header(header::ORIGIN) {
-            if !self.origin_ok(&origin, &host) {
-                return Err(Refusal::Origin(origin));
-            }
+        let Some(origin) = header(header::ORIGIN) else {
+            return Ok(None);
+        };
+        // The widget's code is public, like a CDN's; using the hub is not.
+        if crate::web::is_public(req.uri().path()) {
+            return Ok(None);
         }
-        Ok(())
+        if !self.origin_ok(&origin, &host) {
+            return Err(Refusal::Origin(origin));
+        }
+        Ok(Some(origin))
     }
 }
 
 /// The middleware: refuses with 403 and a JSON reason before any handler runs.
+///
+/// A refused origin's page may read that refusal (it names the origin back), so an
+/// embedded widget can say "refused" rather than "unreachable": the reason is all it
+/// learns. An allowed cross-origin page gets CORS headers on its answers, and its
+/// preflights (a request with an `Authorization` header) are answered here.
 pub async fn require_known_peer(
     State(guard): State<Arc<Guard>>,
     req: Request,
     next: Next,
 ) -> Response {
     match guard.check(&req) {
-        Ok(()) => next.run(req).await,
+        Ok(None) => next.run(req).await,
+        Ok(Some(origin)) => {
+            let preflight = req.method() == axum::http::Method::OPTIONS
+                && req
+                    .headers()
+                    .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+            let mut response = if preflight {
+                let mut r = StatusCode::NO_CONTENT.into_response();
+                let h = r.headers_mut();
+                h.insert(
+                    header::ACCESS_CONTROL_ALLOW_METHODS,
+                    HeaderValue::from_static("GET, HEAD"),
+                );
+                h.insert(
+                    header::ACCESS_CONTROL_ALLOW_HEADERS,
+                    HeaderValue::from_static("authorization"),
+                );
+                h.insert(
+                    header::ACCESS_CONTROL_MAX_AGE,
+                    HeaderValue::from_static("600"),
+                );
+                r
+            } else {
+                next.run(req).await
+            };
+            allow(&mut response, &origin);
+            response
+        }
         Err(refusal) => {
             tracing::warn!(path = %req.uri().path(), reason = %refusal, "request refused");
-            (
+            let mut response = (
                 StatusCode::FORBIDDEN,
                 axum::Json(serde_json::json!({ "error": refusal.to_string() })),
             )
-                .into_response()
+                .into_response();
+            if let Refusal::Origin(origin) = &refusal {
+                allow(&mut response, origin);
+            }
+            response
         }
+    }
+}
+
+/// Names `origin` as allowed to read `response`.
+fn allow(response: &mut Response, origin: &str) {
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        let h = response.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
     }
 }
 

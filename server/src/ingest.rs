@@ -179,6 +179,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
     }
     if !app
         .auth
+        .current()
         .may_write(hello.token.as_deref(), &hello.run.project)
     {
         return Err(fatal(

@@ -10,7 +10,7 @@
 //! * `guard` — `Host` and `Origin` checks: who may talk to the hub at all.
 //! * `auth` — tokens.
 //! * `limits` — what one collector, run, project and address may use.
-//! * `web` — the embedded web app.
+//! * `web` — the embedded web app and the embeddable widget's files.
 
 pub mod alerts;
 pub mod api;
@@ -43,6 +43,8 @@ pub struct Settings {
     pub db: PathBuf,
     pub policy: StatusPolicy,
     pub auth: Auth,
+    /// The `--tokens` file the scoped tokens came from: re-read when it changes.
+    pub tokens_file: Option<PathBuf>,
     /// fsync every commit (SQLite `synchronous=FULL`): survive power loss, not only a crash.
     pub fsync: bool,
     /// Listen beyond loopback without tokens (a trusted network).
@@ -75,10 +77,13 @@ const TLS_RELOAD_CHECK: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct AppState {
     pub hub: Arc<Hub>,
-    pub auth: Arc<Auth>,
+    pub auth: Arc<auth::LiveAuth>,
     pub stale_after_s: f64,
     /// Open WebSockets per peer address.
     pub connections: Arc<limits::Connections>,
+    /// The allowed origins as a `frame-ancestors` source list tail (` https://wiki.example`):
+    /// who may frame `/embed`.
+    pub frame_ancestors: Arc<str>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +130,7 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         ));
     Router::new()
         .route("/", get(web::index))
+        .route("/embed", get(web::embed))
         .route("/{file}", get(web::asset))
         .route("/api/health", get(api::health))
         .route("/ws/collector", get(ingest::collector_socket))
@@ -184,10 +190,20 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
     let addr = listener.local_addr()?;
     let state = AppState {
         hub: hub.clone(),
-        auth: Arc::new(settings.auth.clone()),
+        auth: Arc::new(auth::LiveAuth::new(settings.auth.clone())),
         stale_after_s,
         connections: Arc::default(),
+        frame_ancestors: settings
+            .allowed_origins
+            .iter()
+            .filter(|o| !o.contains(|c: char| c.is_whitespace() || c == ';' || c == ','))
+            .map(|o| format!(" {}", o.trim_end_matches('/')))
+            .collect::<String>()
+            .into(),
     };
+    if let Some(path) = settings.tokens_file.clone() {
+        tokio::spawn(auth::reload_on_change(state.auth.clone(), path));
+    }
     let ticker = hub.clone();
     let period = (settings.policy.stale_after / 10)
         .clamp(Duration::from_millis(100), Duration::from_millis(500));

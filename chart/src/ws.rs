@@ -14,14 +14,37 @@ pub struct Handlers {
     /// Called on each open; returns the frames to send first.
     pub on_open: Box<dyn Fn() -> Vec<FromViewer>>,
     pub on_message: Box<dyn Fn(ToViewer)>,
-    /// `true` when live, `false` while reconnecting.
-    pub on_state: Box<dyn Fn(bool)>,
+    /// Called when the link changes.
+    pub on_state: Box<dyn Fn(Link)>,
+}
+
+/// The state of the link to the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    Open,
+    /// An open socket closed; reconnecting in `retry_ms`.
+    Lost {
+        retry_ms: i32,
+    },
+    /// The socket closed before it opened: the hub is unreachable or refused the handshake
+    /// (a browser cannot tell which); trying again in `retry_ms`.
+    Failed {
+        retry_ms: i32,
+    },
+}
+
+impl Link {
+    pub fn is_open(self) -> bool {
+        self == Link::Open
+    }
 }
 
 struct Inner {
     url: String,
     socket: Option<WebSocket>,
     backoff_ms: i32,
+    /// Closed for good by its owner: no more reconnects.
+    closed: bool,
 }
 
 /// A self-healing connection; clone freely. Handlers are called with no borrow held, so
@@ -29,11 +52,19 @@ struct Inner {
 #[derive(Clone)]
 pub struct Socket(Rc<RefCell<Inner>>, Rc<Handlers>);
 
-/// `ws(s)://<page host>/ws/viewer`, carrying the page's `?token=` if it has one.
-pub fn viewer_url(hub: Option<&str>) -> String {
+/// `ws(s)://<hub or the page's host>/ws/viewer`, carrying `token` if there is one. `hub` may
+/// be an http(s) or ws(s) URL.
+pub fn viewer_url(hub: Option<&str>, token: Option<&str>) -> String {
     let location = web_sys::window().expect("window").location();
     let base = match hub {
-        Some(h) => h.trim_end_matches('/').to_string(),
+        Some(h) => {
+            let h = h.trim_end_matches('/');
+            if let Some(rest) = h.strip_prefix("http") {
+                format!("ws{rest}")
+            } else {
+                h.to_string()
+            }
+        }
         None => {
             let scheme = if location.protocol().ok().as_deref() == Some("https:") {
                 "wss"
@@ -43,12 +74,8 @@ pub fn viewer_url(hub: Option<&str>) -> String {
             format!("{scheme}://{}", location.host().unwrap_or_default())
         }
     };
-    let token = crate::query_param("token");
-    match token {
-        Some(t) => format!(
-            "{base}/ws/viewer?token={}",
-            js_sys::encode_uri_component(&t)
-        ),
+    match token.filter(|t| !t.is_empty()) {
+        Some(t) => format!("{base}/ws/viewer?token={}", js_sys::encode_uri_component(t)),
         None => format!("{base}/ws/viewer"),
     }
 }
@@ -60,6 +87,7 @@ impl Socket {
                 url,
                 socket: None,
                 backoff_ms: 250,
+                closed: false,
             })),
             Rc::new(handlers),
         );
@@ -76,21 +104,38 @@ impl Socket {
         }
     }
 
+    /// Closes the socket for good.
+    pub fn close(&self) {
+        let mut inner = self.0.borrow_mut();
+        inner.closed = true;
+        if let Some(ws) = inner.socket.take() {
+            let _ = ws.close();
+        }
+    }
+
     fn connect(&self) {
+        if self.0.borrow().closed {
+            return;
+        }
         let url = self.0.borrow().url.clone();
         let ws = match WebSocket::new(&url) {
             Ok(ws) => ws,
             Err(_) => {
+                let retry_ms = self.0.borrow().backoff_ms;
+                (self.1.on_state)(Link::Failed { retry_ms });
                 self.retry();
                 return;
             }
         };
         ws.set_binary_type(BinaryType::Arraybuffer);
 
+        let opened = Rc::new(std::cell::Cell::new(false));
         let me = self.clone();
+        let was = opened.clone();
         let onopen = Closure::<dyn FnMut()>::new(move || {
             me.0.borrow_mut().backoff_ms = 250;
-            (me.1.on_state)(true);
+            was.set(true);
+            (me.1.on_state)(Link::Open);
             for msg in (me.1.on_open)() {
                 me.send(&msg);
             }
@@ -116,8 +161,19 @@ impl Socket {
 
         let me = self.clone();
         let onclose = Closure::<dyn FnMut()>::new(move || {
-            me.0.borrow_mut().socket = None;
-            (me.1.on_state)(false);
+            let retry_ms = {
+                let mut inner = me.0.borrow_mut();
+                inner.socket = None;
+                if inner.closed {
+                    return;
+                }
+                inner.backoff_ms
+            };
+            (me.1.on_state)(if opened.get() {
+                Link::Lost { retry_ms }
+            } else {
+                Link::Failed { retry_ms }
+            });
             me.retry();
         });
         ws.set_onclose(Some(onclose.as_ref().unchecked_ref()));

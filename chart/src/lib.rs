@@ -1,5 +1,8 @@
-//! Drawing one chart on a canvas with plotters: several lines overlaid, decimated per pixel
-//! column with the protocol's M4 (the hub's own decimation), crisp on HiDPI screens.
+//! What every browser view of a run shares, the web app and the embeddable widget alike:
+//! the points held and how hub messages change them (`data`), the self-healing viewer
+//! socket (`ws`), and drawing one chart on a canvas with plotters (this module): several
+//! lines overlaid, decimated per pixel column with the protocol's M4 (the hub's own
+//! decimation), crisp on HiDPI screens. No Leptos here: the widget's bundle stays small.
 //!
 //! * `scale` — x axis modes, y ranges (log, ignoring outliers), labels.
 //! * `theme` — light and dark colours, stable colours per run.
@@ -8,10 +11,13 @@
 //! edge so a NaN is never invisible; points outside an outlier-ignoring range are clamped
 //! to its edge and marked there with a triangle.
 
+pub mod data;
 pub mod scale;
 pub mod theme;
+pub mod ws;
 
 use plotters::prelude::*;
+pub use plotters::style::RGBColor;
 use plotters_canvas::CanvasBackend;
 use scale::{to_y, y_range, Axis};
 use stepstream_protocol::decimate::m4_indices;

@@ -1,0 +1,455 @@
+//! The embeddable widget: `examples/embed.html` served from another origin (a static server
+//! on another port) in headless Chromium against a real hub; the allow-list, scoped tokens,
+//! the iframe page, shared sockets, and how the widget's files are served.
+
+use crate::browser::Browser;
+use crate::util::*;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use stepstream_collector::{Collector, Options, Outcome, Report};
+
+/// `python3 -m http.server` over `examples/`: a page on another origin than the hub.
+struct StaticSite {
+    child: Child,
+    port: u16,
+}
+
+impl StaticSite {
+    fn start() -> StaticSite {
+        let port = free_port();
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+        let child = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--directory")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 for a static server");
+        wait_for("the static server", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        StaticSite { child, port }
+    }
+
+    /// The example page as `host` serves it (`127.0.0.1` and `localhost` are two origins).
+    fn page(&self, host: &str, query: &str) -> String {
+        format!("http://{host}:{}/embed.html?{query}", self.port)
+    }
+
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for StaticSite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Streams `steps` steps of loss and lr into `project`, one every `every`.
+fn stream(
+    hub: &Hub,
+    project: &str,
+    name: &str,
+    token: Option<&str>,
+    steps: i64,
+    every: Duration,
+) -> (String, std::thread::JoinHandle<Report>) {
+    let mut options = Options::new(&hub.ws(), project, name);
+    options.token = token.map(String::from);
+    let run = Collector::start(options).unwrap();
+    let id = run.run_id().to_string();
+    let handle = std::thread::spawn(move || {
+        for step in 0..steps {
+            let loss = 2.0 * (-(step as f64) / 300.0).exp() + 0.1;
+            run.log(step, &[("loss", loss), ("lr", 1e-3)]);
+            run.flush();
+            std::thread::sleep(every);
+        }
+        run.finish(Outcome::Finished)
+    });
+    (id, handle)
+}
+
+/// Each `.chart` of the example page (or `#chart` of `/embed`): state, points, drawn.
+const CHARTS: &str = "[...document.querySelectorAll('.chart, #chart')].map(e => ({ \
+    state: e.dataset.state || '', points: +(e.dataset.points || 0), \
+    drawn: +(e.dataset.drawn || 0), socket: e.dataset.socket || '', \
+    message: e.dataset.message || '', first: +(e.dataset.firstDrawMs || 0), \
+    ink: (() => { const c = e.querySelector('canvas'); if (!c || !c.width) return 0; \
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+      for (let i = 0; i < d.length; i += 16) if (d[i] < 200 || d[i+2] < 200) n++; return n; })() }))";
+
+fn charts(page: &mut Browser) -> Vec<serde_json::Value> {
+    page.eval(CHARTS).as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until every chart satisfies `ok`; returns them.
+fn wait_charts(
+    page: &mut Browser,
+    what: &str,
+    n: usize,
+    ok: impl Fn(usize, &serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut last = Vec::new();
+    for _ in 0..300 {
+        last = charts(page);
+        if last.len() == n && last.iter().enumerate().all(|(i, c)| ok(i, c)) {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what}: the charts are {last:#?}");
+}
+
+#[test]
+fn widgets_on_another_origin_draw_live_share_one_socket_and_survive_a_hub_restart() {
+    let site = StaticSite::start();
+    let mut hub = Hub::start(&["--allow-origin", &site.origin()]);
+    let (a, ta) = stream(
+        &hub,
+        "vision",
+        "resnet",
+        None,
+        1500,
+        Duration::from_millis(20),
+    );
+    let (b, tb) = stream(&hub, "vision", "vit", None, 1500, Duration::from_millis(20));
+    let mut page = Browser::open(&site.page(
+        "127.0.0.1",
+        &format!("hub=http://{}&run={a},{b}&metric=loss", hub.addr()),
+    ));
+    let first = wait_charts(&mut page, "both charts live and drawn", 2, |_, c| {
+        c["state"] == "live" && c["points"].as_u64() > Some(0) && c["drawn"].as_u64() > Some(0)
+    });
+    for c in &first {
+        assert!(
+            c["ink"].as_u64() > Some(50),
+            "a curve is on the canvas: {c}"
+        );
+        eprintln!("first draw at {} ms after the page started", c["first"]);
+    }
+    assert_eq!(
+        first[0]["socket"], first[1]["socket"],
+        "one socket for both"
+    );
+    assert_eq!(page.eval("stepstream.sockets()"), 1);
+    // Each moves on its own as its run streams.
+    let before: Vec<u64> = first
+        .iter()
+        .map(|c| c["points"].as_u64().unwrap())
+        .collect();
+    wait_charts(&mut page, "both charts growing", 2, |i, c| {
+        c["points"].as_u64().unwrap() > before[i] + 20
+    });
+
+    // The hub goes away: each box says so and when it retries; then it is live again.
+    hub.kill9();
+    let down = wait_charts(&mut page, "unreachable shown", 2, |_, c| {
+        c["state"] == "unreachable"
+    });
+    assert!(down[0]["message"].as_str().unwrap().contains("retrying in"));
+    hub.restart();
+    let back = wait_charts(&mut page, "live again", 2, |_, c| c["state"] == "live");
+    wait_charts(&mut page, "growing after the restart", 2, |i, c| {
+        c["points"].as_u64().unwrap() > back[i]["points"].as_u64().unwrap() + 20
+    });
+    assert_eq!(page.eval("stepstream.sockets()"), 1);
+    for t in [ta, tb] {
+        let report = t.join().unwrap();
+        assert_eq!(report.refused + report.lost, 0, "{report:?}");
+    }
+}
+
+#[test]
+fn a_page_from_an_origin_not_allowed_is_refused_and_the_hub_logs_why() {
+    let site = StaticSite::start();
+    let hub = Hub::start_logged(&["--allow-origin", &site.origin()]);
+    let (a, _t) = stream(
+        &hub,
+        "vision",
+        "resnet",
+        None,
+        200,
+        Duration::from_millis(20),
+    );
+    // `localhost` is another origin than the allowed `127.0.0.1`.
+    let mut page = Browser::open(&site.page(
+        "localhost",
+        &format!("hub=http://{}&run={a}&metric=loss", hub.addr()),
+    ));
+    let refused = wait_charts(&mut page, "refused shown", 1, |_, c| {
+        c["state"] == "refused"
+    });
+    let message = refused[0]["message"].as_str().unwrap();
+    assert!(message.contains("allow-list"), "{message}");
+    assert_eq!(refused[0]["points"], 0);
+    let log = hub.logged();
+    assert!(
+        log.contains("request refused") && log.contains(&format!("http://localhost:{}", site.port)),
+        "the hub says why: {log}"
+    );
+    // A run that does not exist, from an allowed page: the box says so and waits.
+    page.navigate(&site.page(
+        "127.0.0.1",
+        &format!("hub=http://{}&run=no-such-run&metric=loss", hub.addr()),
+    ));
+    let missing = wait_charts(&mut page, "not found shown", 1, |_, c| {
+        c["state"] == "not-found"
+    });
+    assert!(missing[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no-such-run"));
+}
+
+#[test]
+fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others() {
+    let site = StaticSite::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, "").unwrap();
+    let hub = Hub::start(&[
+        "--write-token",
+        "w",
+        "--read-token",
+        "r",
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--allow-origin",
+        &site.origin(),
+    ]);
+    let (a, _ta) = stream(
+        &hub,
+        "vision",
+        "resnet",
+        Some("w"),
+        1500,
+        Duration::from_millis(20),
+    );
+    let (b, _tb) = stream(
+        &hub,
+        "nlp",
+        "bert",
+        Some("w"),
+        1500,
+        Duration::from_millis(20),
+    );
+    // Issued while the hub runs, as an operator would.
+    let out = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args([
+            "token",
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--project",
+            "vision",
+        ])
+        .args(["--label", "the vision team's wiki"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(token.len() >= 40, "{token}");
+    wait_for(
+        "the hub to take the new token",
+        Duration::from_secs(10),
+        || (http_get(&hub.addr(), "/api/runs", Some(&token)).status == 200).then_some(()),
+    );
+
+    let mut page = Browser::open(&site.page(
+        "127.0.0.1",
+        &format!(
+            "hub=http://{}&run={a},{b}&metric=loss&token={token}",
+            hub.addr()
+        ),
+    ));
+    let shown = wait_charts(&mut page, "one live, one refused", 2, |_, c| {
+        c["state"] == "live" || c["state"] == "refused"
+    });
+    assert_eq!(shown[0]["state"], "live", "{shown:#?}");
+    assert!(shown[0]["points"].as_u64() > Some(0));
+    assert_eq!(shown[1]["state"], "refused", "{shown:#?}");
+    assert!(shown[1]["message"]
+        .as_str()
+        .unwrap()
+        .contains("may not read"));
+    assert_eq!(
+        shown[1]["points"], 0,
+        "no point of another project reaches the page"
+    );
+    // Without a token, nothing.
+    page.navigate(&site.page(
+        "127.0.0.1",
+        &format!("hub=http://{}&run={a}&metric=loss", hub.addr()),
+    ));
+    let bare = wait_charts(&mut page, "refused without a token", 1, |_, c| {
+        c["state"] == "refused"
+    });
+    assert!(
+        bare[0]["message"].as_str().unwrap().contains("token"),
+        "{bare:#?}"
+    );
+}
+
+#[test]
+fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
+    let site = StaticSite::start();
+    let hub = Hub::start(&["--allow-origin", &site.origin()]);
+    let (a, _t) = stream(
+        &hub,
+        "vision",
+        "resnet",
+        None,
+        1500,
+        Duration::from_millis(20),
+    );
+    let path = format!("/embed?run={a}&metric=loss,lr&smoothing=0.6&theme=dark");
+    let mut page = Browser::open(&format!("http://{}{path}", hub.addr()));
+    let drawn = wait_charts(&mut page, "the iframe page live", 1, |_, c| {
+        c["state"] == "live" && c["drawn"].as_u64() > Some(0)
+    });
+    assert!(drawn[0]["ink"].as_u64() > Some(50));
+    let (status, headers, _) = request(&hub.addr(), "GET", &path, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["content-security-policy"],
+        format!("frame-ancestors 'self' {}", site.origin())
+    );
+    // The web app itself may be framed by nobody else.
+    let (_, headers, _) = request(&hub.addr(), "GET", "/", &[]);
+    assert_eq!(headers["content-security-policy"], "frame-ancestors 'self'");
+}
+
+/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
+fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, HashMap<String, String>, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut map = HashMap::new();
+    for line in lines {
+        if let Some((k, v)) = line.split_once(':') {
+            map.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    (status, map, raw[end + 4..].to_vec())
+}
+
+#[test]
+fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_list() {
+    let hub = Hub::start(&["--allow-origin", "https://wiki.example"]);
+    let (status, h, js) = request(&hub.addr(), "GET", "/embed.js", &[]);
+    assert_eq!(status, 200);
+    assert_eq!(h["access-control-allow-origin"], "*");
+    assert_eq!(h["cache-control"], "no-cache");
+    let js = String::from_utf8(js).unwrap();
+    let at = js.find("embed-").expect("the loader names the wasm");
+    let wasm = &js[at..at + "embed-".len() + 12 + ".wasm".len()];
+    // Revalidation: the same entity tag is not sent again.
+    let (status, _, body) = request(
+        &hub.addr(),
+        "GET",
+        "/embed.js",
+        &[("If-None-Match", &h["etag"])],
+    );
+    assert!(status == 304 && body.is_empty());
+    // Compressed as the browser accepts; the hashed wasm is kept for a year.
+    let (_, raw, raw_body) = request(&hub.addr(), "GET", &format!("/{wasm}"), &[]);
+    assert!(!raw.contains_key("content-encoding"));
+    assert_eq!(raw["content-type"], "application/wasm");
+    assert!(raw["cache-control"].contains("immutable"));
+    let (_, gz, gz_body) = request(
+        &hub.addr(),
+        "GET",
+        &format!("/{wasm}"),
+        &[("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(gz["content-encoding"], "gzip");
+    let (_, br, br_body) = request(
+        &hub.addr(),
+        "GET",
+        &format!("/{wasm}"),
+        &[
+            ("Accept-Encoding", "gzip, br"),
+            ("Origin", "https://evil.example"),
+        ],
+    );
+    assert_eq!(br["content-encoding"], "br");
+    assert_eq!(br["access-control-allow-origin"], "*", "the code is public");
+    eprintln!(
+        "widget wasm: {} bytes, gzip {}, brotli {}",
+        raw_body.len(),
+        gz_body.len(),
+        br_body.len()
+    );
+    assert!(br_body.len() < raw_body.len() / 2 && gz_body.len() < raw_body.len() / 2);
+
+    // Using the hub is not: an allowed origin gets CORS headers and its preflight answered,
+    // another a refusal it can read, and nothing else.
+    let (status, h, _) = request(
+        &hub.addr(),
+        "GET",
+        "/api/runs",
+        &[("Origin", "https://wiki.example")],
+    );
+    assert_eq!(status, 200);
+    assert_eq!(h["access-control-allow-origin"], "https://wiki.example");
+    let (status, h, _) = request(
+        &hub.addr(),
+        "OPTIONS",
+        "/api/runs",
+        &[
+            ("Origin", "https://wiki.example"),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "authorization"),
+        ],
+    );
+    assert_eq!(status, 204);
+    assert_eq!(h["access-control-allow-headers"], "authorization");
+    let (status, h, body) = request(
+        &hub.addr(),
+        "GET",
+        "/api/runs",
+        &[("Origin", "https://evil.example")],
+    );
+    assert_eq!(status, 403);
+    assert_eq!(h["access-control-allow-origin"], "https://evil.example");
+    assert!(String::from_utf8_lossy(&body).contains("allow-list"));
+    assert!(!String::from_utf8_lossy(&body).contains("runs\":["));
+}
