@@ -170,6 +170,10 @@ fn widgets_on_another_origin_draw_live_share_one_socket_and_survive_a_hub_restar
         let report = t.join().unwrap();
         assert_eq!(report.refused + report.lost, 0, "{report:?}");
     }
+    // Across the outage, each point exactly once: every step, none twice.
+    wait_charts(&mut page, "every point once", 2, |_, c| {
+        c["state"] == "finished" && c["points"] == 1500
+    });
 }
 
 #[test]
@@ -333,6 +337,43 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
     // The web app itself may be framed by nobody else.
     let (_, headers, _) = request(&hub.addr(), "GET", "/", &[]);
     assert_eq!(headers["content-security-policy"], "frame-ancestors 'self'");
+
+    // Not live: the history once, then no more points, and the box says so.
+    page.navigate(&format!("http://{}/embed?run={a}&live=false", hub.addr()));
+    let snap = wait_charts(&mut page, "a snapshot", 1, |_, c| {
+        c["state"] == "snapshot" && c["points"].as_u64() > Some(0)
+    });
+    assert_eq!(
+        page.eval("stepstream.sockets()"),
+        0,
+        "a snapshot lets go of its socket"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(charts(&mut page)[0]["points"], snap[0]["points"]);
+
+    // A run that went quiet (alive, not finished) is shown stale after `stale` seconds.
+    let quiet = Collector::start(Options::new(&hub.ws(), "vision", "quiet")).unwrap();
+    for step in 0..20 {
+        quiet.log(step, &[("loss", 1.0)]);
+    }
+    quiet.flush();
+    let q = quiet.run_id().to_string();
+    page.navigate(&format!("http://{}/embed?run={q}&stale=2", hub.addr()));
+    let stale = wait_charts(&mut page, "stale shown", 1, |_, c| c["state"] == "stale");
+    assert_eq!(stale[0]["points"], 20);
+    assert!(stale[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no data for"));
+    quiet.log(20, &[("loss", 0.5)]);
+    quiet.flush();
+    wait_charts(&mut page, "live again on a new point", 1, |_, c| {
+        c["state"] == "live"
+    });
+    quiet.finish(Outcome::Finished);
+    wait_charts(&mut page, "finished shown", 1, |_, c| {
+        c["state"] == "finished"
+    });
 }
 
 /// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.

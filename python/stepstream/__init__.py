@@ -32,7 +32,14 @@ from typing import Any, Mapping, Optional, Tuple
 from ._stepstream import PROTOCOL_VERSION, __version__
 from ._stepstream import Run as _NativeRun
 
-__all__ = ["init", "Run", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+__all__ = ["init", "Run", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+
+
+def chart(run, metric="loss", **options):
+    """The live chart of a run for a notebook cell; see :func:`stepstream.notebook.chart`."""
+    from .notebook import chart as _chart
+
+    return _chart(run, metric, **options)
 
 _RANK_VARS = ("RANK_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("RANK_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
@@ -65,6 +72,7 @@ class Run:
         self.rank = rank
         self.world_size = world_size
         self._ended = False
+        self.hub: Optional[str] = None
         if native is not None:
             self.log = native.log  # type: ignore[method-assign]
             self.flush = native.flush  # type: ignore[method-assign]
@@ -107,6 +115,18 @@ class Run:
     @property
     def connected(self) -> bool:
         return self._native is not None and self._native.connected
+
+    def chart(self, metric="loss", **options):
+        """This run's live chart in a notebook cell's output (``run.chart("loss")``): the
+        hub's widget, from the hub this run streams to. A hub that guards reads needs a read
+        token (``token=`` or ``$STEPSTREAM_READ_TOKEN``); the write token is never shown.
+        Options: see :func:`stepstream.notebook.chart`."""
+        from .notebook import chart as _chart
+
+        if self.run_id is None:
+            raise RuntimeError(f"rank {self.rank} does not report: chart the run of rank 0")
+        options.setdefault("hub", self.hub)
+        return _chart(self.run_id, metric, **options)
 
     def finish(self, status: str = "finished", message: Optional[str] = None, timeout: float = 30.0) -> dict:
         """Ends the run and waits up to ``timeout`` s for the hub to store everything."""
@@ -220,4 +240,6 @@ def init(
         framework=framework,
         ca_file=ca_file or os.environ.get("STEPSTREAM_CA_FILE"),
     )
-    return Run(native, rank, world_size)
+    run = Run(native, rank, world_size)
+    run.hub = hub
+    return run

@@ -282,6 +282,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_reloaded_tokens_file_may_not_open_a_guarded_hub() {
+        let scoped = |text: &str| TokensFile::parse(text).unwrap();
+        let only_scoped = LiveAuth::new(Auth {
+            write: Some("w".into()),
+            read: None,
+            scoped: scoped("[[tokens]]\ntoken = \"a\"\naccess = \"read\"\nprojects = [\"p\"]\n"),
+        });
+        assert!(only_scoped.current().read_scope(None).is_none());
+        // Emptied: reads would be open. Refused, the old token stays.
+        assert!(only_scoped.replace_scoped(Vec::new()).is_err());
+        assert!(only_scoped.current().read_scope(Some("a")).is_some());
+        // Another token instead: in force at once, the old one gone.
+        let n = only_scoped
+            .replace_scoped(scoped(
+                "[[tokens]]\ntoken = \"b\"\naccess = \"read\"\nruns = [\"r\"]\n",
+            ))
+            .unwrap();
+        assert_eq!(n, 1);
+        assert!(only_scoped.current().read_scope(Some("a")).is_none());
+        assert!(only_scoped
+            .current()
+            .read_scope(Some("b"))
+            .unwrap()
+            .allows("x", "r"));
+    }
+
+    #[test]
+    fn new_tokens_are_long_random_and_url_safe() {
+        let (a, b) = (new_token().unwrap(), new_token().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 43);
+        assert!(a
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+    }
+
+    #[test]
     fn tokens() {
         let open = Auth::default();
         assert!(open.may_write(None, "p") && open.read_scope(None) == Some(Scope::All));

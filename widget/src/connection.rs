@@ -68,6 +68,7 @@ pub struct Wanted {
 
 pub struct Connection {
     pub serial: u32,
+    key: String,
     pub base: String,
     token: Option<String>,
     pub live: bool,
@@ -111,6 +112,7 @@ pub fn attach(
             let conn = Rc::new_cyclic(|me| {
                 RefCell::new(Connection {
                     serial,
+                    key: key.to_string(),
                     base: base.to_string(),
                     token: token.map(String::from),
                     live,
@@ -148,7 +150,13 @@ pub fn detach(key: &str, conn: &Rc<RefCell<Connection>>, id: u32) {
         if let Some(s) = conn.borrow_mut().socket.take() {
             s.close();
         }
-        CONNECTIONS.with(|c| c.borrow_mut().remove(key));
+        // Unless a snapshot already left and another connection took the key.
+        CONNECTIONS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.get(key).is_some_and(|other| Rc::ptr_eq(other, conn)) {
+                c.remove(key);
+            }
+        });
     } else {
         conn.borrow_mut().prune();
     }
@@ -341,10 +349,12 @@ impl Connection {
                     w.data.backfill(&b);
                 }
                 if !self.live && self.runs.values().all(|w| w.data.backfilled) {
-                    // A snapshot: the history is here, nothing more is wanted.
-                    if let Some(s) = &self.socket {
+                    // A snapshot: the history is here, nothing more is wanted. Its widgets
+                    // keep the points; a widget mounted later gets a socket of its own.
+                    if let Some(s) = self.socket.take() {
                         s.close();
                     }
+                    CONNECTIONS.with(|c| c.borrow_mut().remove(&self.key));
                 }
             }
             ToViewer::Live(l) => {
