@@ -31,7 +31,7 @@ fn numbers(v: &serde_json::Value) -> Vec<f64> {
 }
 
 /// The page's reference: ms to sort 1,000,000 random floats (median of 5).
-fn reference_ms(page: &mut Browser) -> f64 {
+pub(crate) fn reference_ms(page: &mut Browser) -> f64 {
     page.eval(
         "(() => { const t = []; for (let k = 0; k < 5; k++) { const a = new Float64Array(1e6); \
          for (let i = 0; i < a.length; i++) a[i] = Math.random(); const t0 = performance.now(); \

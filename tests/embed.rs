@@ -154,6 +154,23 @@ fn widgets_on_another_origin_draw_live_share_one_socket_and_survive_a_hub_restar
         c["points"].as_u64().unwrap() > before[i] + 20
     });
 
+    // A page that builds its own element: the JS call, both runs overlaid, two metrics,
+    // on the same socket.
+    let own = page.eval(&format!(
+        "(async () => {{ const el = document.createElement('div'); el.id = 'own'; \
+         document.body.appendChild(el); const w = await stepstream.chart(el, \
+         {{ run: ['{a}', '{b}'], metric: ['loss', 'lr'], smoothing: 0.5, height: 200 }}); \
+         for (let i = 0; i < 100 && w.state() != 'live'; i++) \
+           await new Promise(r => setTimeout(r, 100)); \
+         return {{ state: w.state(), points: w.points(), socket: el.dataset.socket, \
+                   sockets: stepstream.sockets() }}; }})()"
+    ));
+    assert_eq!(own["state"], "live", "{own}");
+    assert!(own["points"].as_f64() > Some(0.0));
+    assert_eq!(own["socket"], first[0]["socket"]);
+    assert_eq!(own["sockets"], 1);
+    page.eval("document.getElementById('own').remove()");
+
     // The hub goes away: each box says so and when it retries; then it is live again.
     hub.kill9();
     let down = wait_charts(&mut page, "unreachable shown", 2, |_, c| {
@@ -174,6 +191,13 @@ fn widgets_on_another_origin_draw_live_share_one_socket_and_survive_a_hub_restar
     wait_charts(&mut page, "every point once", 2, |_, c| {
         c["state"] == "finished" && c["points"] == 1500
     });
+    // Elements removed: their widgets stop and the socket closes with the last.
+    page.eval("document.querySelectorAll('.chart').forEach(e => e.remove())");
+    page.wait(
+        "the socket closed",
+        Duration::from_secs(5),
+        "stepstream.sockets() == 0",
+    );
 }
 
 #[test]
@@ -493,4 +517,50 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     assert_eq!(h["access-control-allow-origin"], "https://evil.example");
     assert!(String::from_utf8_lossy(&body).contains("allow-list"));
     assert!(!String::from_utf8_lossy(&body).contains("runs\":["));
+}
+
+/// The widget's first draw (not a test: `#[ignore]`, numbers printed), on a release build:
+///
+/// ```sh
+/// cargo test --release --test e2e bench_embed -- --ignored --nocapture
+/// ```
+///
+/// The example page on another origin, one widget over a finished run of 20,000 steps:
+/// milliseconds from the page's start to the first curve, cold (nothing cached) and warm
+/// (`embed.js` revalidated, the wasm from the cache), beside the page's reference (ms to sort
+/// 1,000,000 floats, `bench_web`'s) and the ratio against it.
+#[test]
+#[ignore]
+fn bench_embed_first_draw() {
+    let site = StaticSite::start();
+    let hub = Hub::start(&["--allow-origin", &site.origin()]);
+    let run = Collector::start(Options::new(&hub.ws(), "bench", "long")).unwrap();
+    for step in 0..20_000 {
+        run.log(step, &[("loss", 2.0 * (-(step as f64) / 5000.0).exp())]);
+    }
+    let id = run.run_id().to_string();
+    assert!(run.finish(Outcome::Finished).delivered);
+    let url = site.page("127.0.0.1", &format!("hub=http://{}&run={id}", hub.addr()));
+    let mut page = Browser::open(&url);
+    let mut times = Vec::new();
+    for k in 0..6 {
+        if k > 0 {
+            page.navigate(&url);
+        }
+        let c = wait_charts(&mut page, "drawn", 1, |_, c| {
+            c["first"].as_f64() > Some(0.0)
+        });
+        times.push(c[0]["first"].as_f64().unwrap());
+    }
+    let reference = crate::bench_web::reference_ms(&mut page);
+    let cold = times[0];
+    let mut warm = times[1..].to_vec();
+    warm.sort_by(f64::total_cmp);
+    let warm = warm[warm.len() / 2];
+    println!(
+        "embed first draw: cold {cold:.0} ms, warm (median of 5) {warm:.0} ms; reference \
+         (sort 1M floats) {reference:.0} ms; ratios {:.1} / {:.1}",
+        cold / reference,
+        warm / reference
+    );
 }
