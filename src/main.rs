@@ -150,8 +150,12 @@ struct ServeArgs {
 
 #[derive(clap::Args)]
 struct TailArgs {
-    /// The CSV file to stream.
+    /// The file to stream: a metrics CSV, or with `--format mindformers` a training log.
     file: PathBuf,
+    /// `csv` (a header, then rows) or `mindformers` (MindFormers' training log: its loss
+    /// monitor's lines, older and newer shapes; other lines skipped).
+    #[arg(long, default_value = "csv", value_parser = ["csv", "mindformers"])]
+    format: String,
     /// Hub address.
     #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
     hub: String,
@@ -394,7 +398,14 @@ fn tail_file(args: TailArgs) -> Result<()> {
     options.token = args.token.clone();
     options.run_id = Some(run_id.clone());
     options.config_json = config_json;
-    options.framework = "csv tail".into();
+    let format = match args.format.as_str() {
+        "mindformers" => tail::Format::MindFormers,
+        _ => tail::Format::Csv,
+    };
+    options.framework = match format {
+        tail::Format::MindFormers => "mindformers (log tail)".into(),
+        tail::Format::Csv => "csv tail".into(),
+    };
     options.ca_file = args.ca_file.clone();
     let collector = Collector::start(options)?;
 
@@ -421,8 +432,9 @@ fn tail_file(args: TailArgs) -> Result<()> {
         args.file.display(),
         after_step.map_or(String::new(), |s| format!(", resuming after step {s}"))
     );
-    let report = tail::tail(
+    let report = tail::tail_format(
         &args.file,
+        format,
         &collector,
         after_step,
         !args.no_follow,

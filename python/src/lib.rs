@@ -53,6 +53,24 @@ fn number(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
     })
 }
 
+/// Converts held tensors, in order, through `stepstream._tensors.to_floats` (one device
+/// sync per framework and device); one by one with [`convert`] if that helper fails.
+fn many(py: Python<'_>, objects: &[&Py<PyAny>]) -> Vec<Option<f64>> {
+    if objects.is_empty() {
+        return Vec::new();
+    }
+    let batched = (|| -> PyResult<Vec<Option<f64>>> {
+        let list = pyo3::types::PyList::new(py, objects.iter().map(|o| o.bind(py)))?;
+        py.import(intern!(py, "stepstream._tensors"))?
+            .call_method1(intern!(py, "to_floats"), (list,))?
+            .extract()
+    })();
+    match batched {
+        Ok(v) if v.len() == objects.len() => v,
+        _ => objects.iter().map(|o| convert(py, o).ok()).collect(),
+    }
+}
+
 /// Converts a held tensor (MindSpore, PyTorch, Paddle...) to its first element.
 fn convert(py: Python<'_>, obj: &Py<PyAny>) -> PyResult<f64> {
     let t = obj.bind(py);
@@ -104,14 +122,27 @@ impl Run {
             self.held.clear();
             return;
         };
-        for h in std::mem::take(&mut self.held) {
+        let held = std::mem::take(&mut self.held);
+        // Every held tensor in one call: `stepstream._tensors.to_floats` stacks a framework's
+        // tensors per device and copies them to the host at once, one device sync for the
+        // whole batch of steps instead of one per tensor.
+        let objects: Vec<&Py<PyAny>> = held
+            .iter()
+            .flat_map(|h| h.values.iter())
+            .filter_map(|(_, v)| match v {
+                Value::Later(obj) => Some(obj),
+                Value::Number(_) => None,
+            })
+            .collect();
+        let mut floats = many(py, &objects).into_iter();
+        for h in held {
             let mut values: Vec<(String, f64)> = Vec::with_capacity(h.values.len());
             for (name, v) in h.values {
                 match v {
                     Value::Number(f) => values.push((name, f)),
-                    Value::Later(obj) => match convert(py, &obj) {
-                        Ok(f) => values.push((name, f)),
-                        Err(_) => self.unconvertible += 1,
+                    Value::Later(_) => match floats.next().flatten() {
+                        Some(f) => values.push((name, f)),
+                        None => self.unconvertible += 1,
                     },
                 }
             }

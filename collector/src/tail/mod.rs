@@ -7,6 +7,11 @@
 //! `inf` and `-inf` are values; an empty cell is a missing value; a row that does not parse
 //! is reported and skipped. `timestamp` may be unix seconds or `YYYY-MM-DD HH:MM:SS[.f]`
 //! (read as UTC).
+//!
+//! `Format::MindFormers` reads MindFormers' training log instead (`mindformers`): each loss
+//! monitor line is a row, every other line is skipped.
+
+pub mod mindformers;
 
 use crate::Collector;
 use std::io::{Read, Seek, SeekFrom};
@@ -186,6 +191,28 @@ impl Parser {
     }
 }
 
+/// What the followed file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Format {
+    /// A metrics CSV with a header.
+    #[default]
+    Csv,
+    /// MindFormers' training log (its loss monitor's lines).
+    MindFormers,
+}
+
+/// [`tail_format`] of a CSV.
+pub fn tail(
+    path: &Path,
+    collector: &Collector,
+    after_step: Option<i64>,
+    follow: bool,
+    poll: Duration,
+    stop: &AtomicBool,
+) -> Result<TailReport, TailError> {
+    tail_format(path, Format::Csv, collector, after_step, follow, poll, stop)
+}
+
 /// Streams `path` into `collector`: the rows after `after_step` (the hub's last step, for a
 /// resumed tail), then, when `follow`, every row appended later until `stop` is set. Bad rows
 /// are reported on stderr and skipped.
@@ -195,8 +222,9 @@ impl Parser {
 /// tail already sent are skipped, while it catches up. Like `tail -F`, a file truncated in
 /// place is read again from its start, and a file replaced under the same path (rotated)
 /// is followed to the new one once the old one is read to its end.
-pub fn tail(
+pub fn tail_format(
     path: &Path,
+    format: Format,
     collector: &Collector,
     after_step: Option<i64>,
     follow: bool,
@@ -211,6 +239,8 @@ pub fn tail(
     let mut identity = file_identity(&file.metadata().map_err(io)?);
     let mut rows = Rows {
         collector,
+        format,
+        names: Vec::new(),
         parser: None,
         line_no: 0,
         catching_up: after_step,
@@ -290,6 +320,9 @@ fn file_identity(m: &std::fs::Metadata) -> (u64, u64) {
 /// Lines to records: the header, then rows, merged per step.
 struct Rows<'a> {
     collector: &'a Collector,
+    format: Format,
+    /// A log's metric names, by first appearance (a CSV's are its header's).
+    names: Vec<String>,
     parser: Option<Parser>,
     line_no: u64,
     /// While set, a resumed tail skips rows up to this step (the hub has them).
@@ -313,11 +346,29 @@ impl Rows<'_> {
         if line.trim().is_empty() {
             return Ok(());
         }
-        let Some(p) = self.parser.as_ref() else {
-            self.parser = Some(Parser::new(line)?);
-            return Ok(());
+        let parsed = match self.format {
+            Format::Csv => {
+                let Some(p) = self.parser.as_ref() else {
+                    self.parser = Some(Parser::new(line)?);
+                    return Ok(());
+                };
+                p.row(line)
+            }
+            Format::MindFormers => match mindformers::parse(line) {
+                Some(row) => row.map(|l| self.row_of(l)),
+                None => {
+                    // The progress line after a monitor line: its throughput, same step.
+                    if let (Some(v), Some(open)) = (mindformers::progress(line), self.open.take()) {
+                        let i = self.index("samples_per_sec_per_device");
+                        let mut open = open;
+                        open.values.push((i, v));
+                        self.open = Some(open);
+                    }
+                    return Ok(());
+                }
+            },
         };
-        let row = match p.row(line) {
+        let row = match parsed {
             Ok(row) => row,
             Err(why) => {
                 eprintln!(
@@ -353,15 +404,44 @@ impl Rows<'_> {
         Ok(())
     }
 
+    /// The index of a log's metric name.
+    fn index(&mut self, name: &str) -> usize {
+        match self.names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                self.names.push(name.to_string());
+                self.names.len() - 1
+            }
+        }
+    }
+
+    fn row_of(&mut self, line: mindformers::Line) -> Row {
+        let values = line
+            .values
+            .iter()
+            .map(|(name, v)| (self.index(name), *v))
+            .collect();
+        Row {
+            step: line.step,
+            wall_time: None,
+            values,
+        }
+    }
+
     /// Sends the record being gathered.
     fn emit(&mut self) {
-        let (Some(row), Some(p)) = (self.open.take(), self.parser.as_ref()) else {
+        let Some(row) = self.open.take() else {
             return;
+        };
+        let names: &[String] = match (self.format, self.parser.as_ref()) {
+            (Format::Csv, Some(p)) => &p.columns,
+            (Format::Csv, None) => return,
+            (Format::MindFormers, _) => &self.names,
         };
         let metrics: Vec<(&str, f64)> = row
             .values
             .iter()
-            .map(|&(i, v)| (p.columns[i].as_str(), v))
+            .map(|&(i, v)| (names[i].as_str(), v))
             .collect();
         match row.wall_time {
             Some(t) => self.collector.log_at(row.step, t, &metrics),

@@ -1,0 +1,86 @@
+"""Held tensors to floats, many at once: the native layer calls :func:`to_floats` every
+``defer_every`` records with every tensor it held, in order.
+
+Converting a device tensor forces a device sync. One per tensor would put a sync in every
+step; here the tensors of one framework and one device are stacked on the device (async)
+and copied to the host once, so a batch of steps costs one sync per device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+# Conversions done, by kind, for tests and profiling: ``host_copies`` counts device-to-host
+# copies (syncs on an accelerator), ``tensors`` the tensors they carried.
+stats = {"host_copies": 0, "tensors": 0}
+
+
+def _first(x: Any) -> Optional[float]:
+    try:
+        if hasattr(x, "asnumpy"):
+            x = x.asnumpy()
+        elif hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        stats["host_copies"] += 1
+        return float(x.reshape(-1)[0]) if hasattr(x, "reshape") else float(x)
+    except Exception:  # noqa: BLE001 - one bad value must not stop training
+        return None
+
+
+def _torch_group(ts: List[Any]) -> List[Optional[float]]:
+    import torch
+
+    flat = torch.stack([t.detach().reshape(-1)[0].to(torch.float64) for t in ts])
+    stats["host_copies"] += 1
+    return flat.cpu().tolist()
+
+
+def _paddle_group(ts: List[Any]) -> List[Optional[float]]:
+    import paddle
+
+    flat = paddle.stack([t.detach().reshape([-1])[0].astype("float64") for t in ts])
+    stats["host_copies"] += 1
+    return [float(v) for v in flat.numpy().reshape(-1)]
+
+
+def _mindspore_group(ts: List[Any]) -> List[Optional[float]]:
+    from mindspore import ops
+
+    flat = ops.stack([ops.reshape(t, (-1,))[0].astype("float32") for t in ts])
+    stats["host_copies"] += 1
+    return [float(v) for v in flat.asnumpy().reshape(-1)]
+
+
+_GROUPS = {"torch": _torch_group, "paddle": _paddle_group, "mindspore": _mindspore_group}
+
+
+def _framework(x: Any) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def _device(x: Any) -> str:
+    d = getattr(x, "device", None)
+    if d is None:
+        d = getattr(x, "place", None)
+    return str(d)
+
+
+def to_floats(objs: List[Any]) -> List[Optional[float]]:
+    """The first element of each object as a float (``None`` where it cannot be read)."""
+    stats["tensors"] += len(objs)
+    out: List[Optional[float]] = [None] * len(objs)
+    groups: dict = {}
+    for i, x in enumerate(objs):
+        fw = _framework(x)
+        if fw in _GROUPS and len(objs) > 1:
+            groups.setdefault((fw, _device(x)), []).append(i)
+        else:
+            out[i] = _first(x)
+    for (fw, _dev), idx in groups.items():
+        try:
+            values = _GROUPS[fw]([objs[i] for i in idx])
+        except Exception:  # noqa: BLE001 - mixed shapes or dtypes: one by one
+            values = [_first(objs[i]) for i in idx]
+        for i, v in zip(idx, values):
+            out[i] = v
+    return out

@@ -1,0 +1,69 @@
+"""Keras 3 (any backend): a callback for ``model.fit``.
+
+    from stepstream.keras import StepStreamCallback
+    model.fit(x, y, epochs=3, validation_data=(xv, yv), callbacks=[StepStreamCallback(project="cnn")])
+
+Per step: ``loss`` and the compiled metrics, the ``learning_rate`` the step applies (the
+optimizer's schedule at its iteration count, read before the step; held as a tensor, so
+no device sync per step), ``epoch``, ``step_time``; at each epoch's end the validation
+metrics (``val_*``) at the last step. The run's config is the model's and the optimizer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import keras
+
+from ._events import Lazy, Throughput, numeric, scalar
+
+__all__ = ["StepStreamCallback"]
+
+
+class StepStreamCallback(keras.callbacks.Callback):
+    def __init__(self, **init_kwargs: Any):
+        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
+        super().__init__()
+        self._lazy = Lazy(init_kwargs.pop("framework", f"keras-{keras.backend.backend()}"), init_kwargs)
+        self._clock = Throughput()
+        self._lr: Optional[Any] = None
+        self._epoch = 0
+        self.global_step = 0
+
+    @property
+    def run(self):
+        return self._lazy.run
+
+    def on_train_begin(self, logs=None):
+        config: dict = {"fit": {k: v for k, v in (self.params or {}).items() if isinstance(v, (int, float, str, bool))}}
+        try:
+            config["optimizer"] = {
+                k: v for k, v in self.model.optimizer.get_config().items() if isinstance(v, (int, float, str, bool))
+            }
+        except Exception:  # noqa: BLE001 - a config is a nicety, never a failure
+            pass
+        self._lazy.start(config=config, name=getattr(self.model, "name", None))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        opt = getattr(self.model, "optimizer", None)
+        if opt is not None:
+            self._lr = scalar(opt.learning_rate)
+
+    def on_train_batch_end(self, batch, logs=None):
+        values = numeric(logs)
+        values.update(self._clock.step())
+        if self._lr is not None:
+            values["learning_rate"] = self._lr
+        values["epoch"] = float(self._epoch)
+        self._lazy.log(values, self.global_step)
+        self.global_step += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = {k: v for k, v in numeric(logs).items() if k.startswith("val_")}
+        self._lazy.log(values, max(self.global_step - 1, 0))
+
+    def on_train_end(self, logs=None):
+        self._lazy.finish("finished")

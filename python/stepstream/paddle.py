@@ -1,0 +1,64 @@
+"""PaddlePaddle's high-level API: a callback for ``paddle.Model.fit``.
+
+    from stepstream.paddle import StepStreamCallback
+    model.fit(train_data, eval_data, epochs=2, callbacks=[StepStreamCallback(project="ocr")])
+
+Per step: ``loss`` (and the model's metrics), the ``lr`` the step applied (read from the
+optimizer before the step: hapi's ``LRScheduler`` callback steps the schedule after it),
+``epoch``, ``step_time``, ``batch_size``; evaluation results as ``eval_*`` at the step they
+were computed. Only rank 0 reports unless ``all_ranks=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import paddle
+
+from ._events import Lazy, Throughput, numeric, scalar
+
+__all__ = ["StepStreamCallback"]
+
+
+class StepStreamCallback(paddle.callbacks.Callback):
+    def __init__(self, **init_kwargs: Any):
+        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
+        super().__init__()
+        self._lazy = Lazy(init_kwargs.pop("framework", "paddle"), init_kwargs)
+        self._clock = Throughput()
+        self._lr: Optional[Any] = None
+        self._epoch = 0
+        self.global_step = 0
+
+    @property
+    def run(self):
+        return self._lazy.run
+
+    def on_train_begin(self, logs=None):
+        params = {k: v for k, v in (self.params or {}).items() if isinstance(v, (int, float, str, bool, list))}
+        self._lazy.start(config={"fit": params})
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, step, logs=None):
+        opt = getattr(self.model, "_optimizer", None)
+        if opt is not None:
+            self._lr = scalar(opt.get_lr())
+
+    def on_train_batch_end(self, step, logs=None):
+        values = numeric(logs)
+        values.update(self._clock.step())
+        if self._lr is not None:
+            values["lr"] = self._lr
+        values["epoch"] = float(self._epoch)
+        self._lazy.log(values, self.global_step)
+        self.global_step += 1
+
+    def on_eval_end(self, logs=None):
+        values = {f"eval_{k}": v for k, v in numeric(logs, skip=("batch_size",)).items()}
+        # At the last training step done.
+        self._lazy.log(values, max(self.global_step - 1, 0))
+
+    def on_train_end(self, logs=None):
+        self._lazy.finish("finished")
