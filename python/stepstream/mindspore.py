@@ -16,12 +16,16 @@ step's start: the wait for the next batch), ``batch_size`` and ``empty_batch``.
 Choices, from facts verified on MindSpore 2.10 (see the project's MINDSPORE.md):
 
 * The learning rate: at step end ``optimizer.get_lr()`` already returns the *next* step's
-  value, so the callback reads ``learning_rate(global_step - 1)`` for schedules, indexes a
+  value, so the callback uses the schedule at ``global_step - 1`` for schedules, indexes a
   host copy of the table (read once) for per-step lists, and reads constants once.
-* Device syncs: loss and grad norm are handed to ``run.log`` as tensors; the native layer
-  converts them in batches every ``defer_every`` steps, so ``log`` does not force a device
-  sync per step. Loss scale and overflow are read at once (in PyNative the scale is the live
-  Parameter, which would read wrong later); so is the loss when ``perplexity=True``.
+* Device syncs: loss, grad norm, lr, overflow, loss scale and perplexity (``exp`` of the
+  loss, on the device) are handed to ``run.log`` as tensors; the native layer converts them
+  every ``defer_every`` steps, stacked into one host copy, so no step waits for the device.
+  In PyNative the loss scale is the live Parameter: an asynchronous copy keeps the step's
+  value.
+* The lr costs nothing per step: the shipped train cells return the applied lr from the
+  graph; with a plain ``Model(net, loss, opt)`` a ``LearningRateSchedule`` is evaluated on a
+  vector of ``LR_CHUNK`` future steps in one call.
 * Sink mode: with ``dataset_sink_mode=True`` and ``sink_size > 1`` on a device, MindSpore
   calls step end once per sink with only the sink's last step; the callback records that
   step (``cur_step_num``) and ``sink_size``. On CPU, sink mode silently runs per step.
@@ -72,7 +76,8 @@ def global_norm(grads):
 
 
 class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
-    """``nn.TrainOneStepCell`` that also returns the gradients' global norm: ``(loss, norm)``.
+    """``nn.TrainOneStepCell`` that also returns the gradients' global norm and the learning
+    rate this step applied: ``(loss, norm, lr)``, as MindFormers' train cell returns its lr.
 
     The norm is one reduction in the graph, after the gradient all-reduce (the norm of the
     averaged gradients), so no gradient is copied to the host. Use it as ``Model(cell)``.
@@ -84,8 +89,9 @@ class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         norm = global_norm(grads)
+        lr = self.optimizer.get_lr()  # before the update: the rate this step applies
         loss = ops.depend(loss, self.optimizer(grads))
-        return loss, norm
+        return loss, norm, lr
 
 
 _grad_unscale = ops.MultitypeFuncGraph("_stepstream_grad_unscale")
@@ -130,6 +136,11 @@ class TrainOneStepWithLossScaleGradNorm(nn.TrainOneStepWithLossScaleCell):
         return loss, cond, scaling_sens, lr, norm
 
 
+#: Future steps of a ``LearningRateSchedule`` evaluated in one call (a schedule cell is
+#: elementwise in its step): one graph call per this many steps instead of one per step.
+LR_CHUNK = 1024
+
+
 def _scalar(t) -> float:
     if isinstance(t, ms.Tensor):
         t = t.asnumpy()
@@ -147,8 +158,11 @@ class StepStreamCallback(Callback):
         train end.
     seq_len: tokens per sample, for ``tokens_per_sec``.
     perplexity: also record ``exp(loss)`` (language models).
-    lr_every: read a scheduled learning rate every N steps (a schedule read costs ~0.5 ms
-        in graph mode and ~5 ms in PyNative).
+    lr_every: for a schedule that cannot be evaluated on a vector of steps: read it every
+        N steps (a read costs ~0.5 ms in graph mode and ~5 ms in PyNative). Schedules that
+        can (the usual ones: elementwise in the step) are evaluated ``LR_CHUNK`` steps at a
+        time, so the lr is exact at every step at a negligible cost. The shipped train cells
+        return the applied lr themselves: nothing is read then.
     """
 
     def __init__(
@@ -170,6 +184,12 @@ class StepStreamCallback(Callback):
         self.lr_every = max(1, int(lr_every))
         self._lr_table = None
         self._lr_constant = None
+        # A schedule's values for global steps [_chunk_start, _chunk_start + len(_chunk)).
+        self._chunk = None
+        self._chunk_start = 0
+        self._vector_ok: Optional[bool] = None
+        # Optimizer global step minus the callback's step, read once.
+        self._step_offset: Optional[int] = None
         self._last_end: Optional[float] = None
         self._step_begin: Optional[float] = None
 
@@ -198,10 +218,37 @@ class StepStreamCallback(Callback):
                 self._lr_table = table.asnumpy().reshape(-1)
             i = min(step - 1, len(self._lr_table) - 1)
             return float(self._lr_table[i])
+        # A LearningRateSchedule: the value the optimizer used for this step, global step
+        # g = the optimizer's count before it (read once: a resumed run starts above 0).
+        if self._step_offset is None:
+            self._step_offset = int(_scalar(opt.global_step)) - step
+        g = step + self._step_offset - 1
+        if self._vector_ok is not False:
+            value = self._from_chunk(lr, g)
+            if value is not None:
+                return value
         if step % self.lr_every and step != 1:
             return None
-        # A LearningRateSchedule: the value the optimizer used for this step.
-        return lr(opt.global_step - 1)
+        return lr(ms.Tensor(g, ms.int32))
+
+    def _from_chunk(self, schedule, g: int) -> Optional[float]:
+        """``schedule(g)`` from a table evaluated ``LR_CHUNK`` steps at a time."""
+        if self._chunk is None or not (self._chunk_start <= g < self._chunk_start + len(self._chunk)):
+            try:
+                steps = ms.Tensor(_np.arange(g, g + LR_CHUNK, dtype=_np.int32))
+                table = schedule(steps).asnumpy().reshape(-1)
+                if self._vector_ok is None:
+                    # Elementwise? The first value must be what a scalar call gives.
+                    one = _scalar(schedule(ms.Tensor(g, ms.int32)))
+                    self._vector_ok = len(table) == LR_CHUNK and math.isclose(
+                        float(table[0]), one, rel_tol=1e-6, abs_tol=1e-12)
+                if not self._vector_ok:
+                    return None
+            except Exception:  # noqa: BLE001 - a schedule that needs a scalar step
+                self._vector_ok = False
+                return None
+            self._chunk, self._chunk_start = table, g
+        return float(self._chunk[g - self._chunk_start])
 
     def _config(self, p) -> Mapping[str, Any]:
         cfg = dict(self._init_kwargs.pop("config", None) or {})
@@ -231,13 +278,23 @@ class StepStreamCallback(Callback):
         step = int(p.cur_step_num)
         rec: dict = {"epoch": int(p.cur_epoch_num)}
         loss = None
+        # Every tensor goes to `log` as a tensor: held and converted with the others every
+        # `defer_every` steps, never a device sync per step.
         if isinstance(out, (tuple, list)):
             loss = out[0]
-            if len(out) == 2 and isinstance(out[1], ms.Tensor):
-                rec["grad_norm"] = out[1]
-            elif len(out) >= 3:  # (loss, overflow, scale[, lr[, global_norm[, local_norm, size]]])
-                rec["overflow"] = bool(_scalar(out[1]))
-                rec["loss_scale"] = _scalar(out[2])  # now: in PyNative it is the live Parameter
+            scaled = len(out) >= 3 and isinstance(out[1], ms.Tensor) and out[1].dtype == ms.bool_
+            if not scaled and len(out) in (2, 3) and isinstance(out[1], ms.Tensor):
+                rec["grad_norm"] = out[1]  # (loss, norm[, lr]): our TrainOneStepWithGradNorm
+                if len(out) == 3 and isinstance(out[2], ms.Tensor):
+                    rec["lr"] = out[2]
+            elif scaled:  # (loss, overflow, scale[, lr[, global_norm[, local_norm, size]]])
+                rec["overflow"] = out[1]
+                scale = out[2]
+                if isinstance(scale, ms.Parameter):
+                    # PyNative hands back the live Parameter, which the next step changes:
+                    # an (asynchronous) copy keeps this step's value.
+                    scale = scale + 0
+                rec["loss_scale"] = scale
                 if len(out) >= 4 and out[3] is not None:
                     rec["lr"] = out[3]
                 if len(out) >= 5 and out[4] is not None:
@@ -245,12 +302,12 @@ class StepStreamCallback(Callback):
         else:
             loss = out
         if loss is not None:
-            if self.perplexity:
-                value = _scalar(loss)
-                rec["loss"] = value
+            rec["loss"] = loss
+            if self.perplexity and isinstance(loss, ms.Tensor):
+                rec["perplexity"] = ops.exp(ops.cast(loss, ms.float32))  # on the device
+            elif self.perplexity:
+                value = float(loss)
                 rec["perplexity"] = math.exp(value) if value < 700 else float("inf")
-            else:
-                rec["loss"] = loss
         if "lr" not in rec:
             lr = self._learning_rate(p, step)
             if lr is not None:

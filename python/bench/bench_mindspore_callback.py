@@ -1,0 +1,132 @@
+"""What a callback costs a real MindSpore training step (not a test):
+
+    python python/bench/bench_mindspore_callback.py [HUB] [STEPS] [ROUNDS]
+
+A 3-layer MLP on CPU in graph mode, warmup + cosine ``LearningRateSchedule``, trained with
+``Model.train`` in five configurations, interleaved round by round so each sees the same
+machine noise: no callback; an empty callback; the reference design's callback (loss
+``asnumpy``, the schedule read for the step, a CSV row flushed every 10); ours on a plain
+``Model(net, loss, opt)`` (the lr from the schedule, evaluated in chunks); ours with
+``TrainOneStepWithGradNorm`` (loss, grad norm and lr from the graph). Prints the median
+ms per step of each and its cost over no callback.
+"""
+
+import csv
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import Model, nn, ops
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+from mindspore.train import Callback
+
+from stepstream.mindspore import StepStreamCallback, TrainOneStepWithGradNorm
+
+ms.set_context(mode=ms.GRAPH_MODE)
+HUB = sys.argv[1] if len(sys.argv) > 1 else "ws://127.0.0.1:7070"
+STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 1500
+ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+PEAK, WARMUP = 0.05, 100
+
+
+class WarmupCosine(LearningRateSchedule):
+    def __init__(self, total):
+        super().__init__()
+        self.total = float(total)
+
+    def construct(self, global_step):
+        s = ops.cast(global_step, ms.float32)
+        warm = PEAK * (s + 1.0) / WARMUP
+        t = ops.clip_by_value((s - WARMUP) / (self.total - WARMUP), 0.0, 1.0)
+        cos = PEAK * 0.5 * (1.0 + ops.cos(3.141592653589793 * t))
+        is_warm = ops.cast(s < WARMUP, ms.float32)
+        return is_warm * warm + (1.0 - is_warm) * cos
+
+
+class Empty(Callback):
+    def on_train_step_end(self, run_context):
+        pass
+
+
+class Reference(Callback):
+    """The reference design's callback: per step, the loss to the host, the schedule read,
+    a CSV row; flushed every 10 rows."""
+
+    def __init__(self, path):
+        self.f = open(path, "w", newline="")
+        self.w = csv.writer(self.f)
+        self.w.writerow(["step", "timestamp", "loss", "lr"])
+
+    def on_train_step_end(self, run_context):
+        p = run_context.original_args()
+        out = p.net_outputs
+        loss = float((out[0] if isinstance(out, (tuple, list)) else out).asnumpy())
+        opt = p.optimizer or p.train_network.optimizer
+        lr = float(opt.learning_rate(opt.global_step - 1).asnumpy())
+        self.w.writerow([p.cur_step_num, time.time(), loss, lr])
+        if p.cur_step_num % 10 == 0:
+            self.f.flush()
+
+
+def dataset(n, batch=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n * batch, 64)).astype(np.float32)
+    y = rng.normal(size=(n * batch, 8)).astype(np.float32)
+    return ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(batch)
+
+
+def model(with_cell: bool):
+    ms.set_seed(1)
+    net = nn.SequentialCell(nn.Dense(64, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 8))
+    opt = nn.Momentum(net.trainable_params(), learning_rate=WarmupCosine(STEPS), momentum=0.9)
+    if with_cell:
+        return Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt))
+    return Model(net, nn.MSELoss(), opt)
+
+
+def timed(name, tmp):
+    data = dataset(STEPS)
+    if name == "ours (train cell)":
+        m = model(True)
+    else:
+        m = model(False)
+    callbacks = {
+        "no callback": [],
+        "empty callback": [Empty()],
+        "reference design": [Reference(os.path.join(tmp, "ref.csv"))],
+        "ours (Model(net, loss, opt))": [StepStreamCallback(hub=HUB, project="bench", name="ms-callback",
+                                                            archive_dir=tmp, system_metrics=False)],
+        "ours (train cell)": [StepStreamCallback(hub=HUB, project="bench", name="ms-callback-cell",
+                                                 archive_dir=tmp, system_metrics=False)],
+    }[name]
+    # Compile outside the timing: one short epoch first.
+    m.train(1, dataset(20), callbacks=[], dataset_sink_mode=False)
+    t0 = time.perf_counter()
+    m.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
+    return (time.perf_counter() - t0) / STEPS * 1000
+
+
+def main():
+    names = ["no callback", "empty callback", "reference design", "ours (Model(net, loss, opt))",
+             "ours (train cell)"]
+    results = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(ROUNDS):
+            for n in names:
+                results[n].append(timed(n, tmp))
+            print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    base = statistics.median(results["no callback"])
+    empty = statistics.median(results["empty callback"])
+    print(f"MindSpore {ms.__version__}, {STEPS} steps x {ROUNDS} interleaved rounds, medians:")
+    for n in names:
+        m = statistics.median(results[n])
+        print(f"  {n:30s} {m:7.3f} ms/step   +{m - base:6.3f} ms over none   +{m - empty:6.3f} ms over empty")
+
+
+if __name__ == "__main__":
+    main()
