@@ -32,10 +32,35 @@ enum Command {
     Tail(TailArgs),
     /// A live demo: a hub on loopback and three small trainings (one diverging) streaming to it.
     Demo(DemoArgs),
+    /// Import TensorBoard event files (tensorboardX, PyTorch, MindFormers, TF2 scalars) into a
+    /// hub: one run per directory holding event files. Run it again on a growing directory
+    /// to add what is new, or with --follow to keep streaming it.
+    Import(ImportArgs),
     /// Issue a scoped token into the hub's tokens file (`serve --tokens FILE`): a read token
     /// for some projects or runs (what an embedding page should hold), or a write token for
     /// some projects. Prints the token; the running hub picks it up within a second.
     Token(TokenArgs),
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// A directory: every directory under it holding `events.out.tfevents.*` files is a run.
+    dir: PathBuf,
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    hub: String,
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, default_value = "tensorboard")]
+    project: String,
+    /// Keep following the directories (and new ones) as they grow, until Ctrl-C.
+    #[arg(long)]
+    follow: bool,
+    /// How often to look for new events while following, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    poll_ms: u64,
+    /// For a `wss://` hub with a private CA: its PEM certificate(s).
+    #[arg(long, env = "STEPSTREAM_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -197,6 +222,7 @@ fn main() -> std::process::ExitCode {
         Command::Tail(args) => tail_file(args),
         Command::Demo(args) => run_demo(args),
         Command::Token(args) => issue_token(args),
+        Command::Import(args) => import_dir(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -482,6 +508,107 @@ fn ctrlc_flag(flag: Arc<AtomicBool>) {
         });
         flag.store(true, Ordering::Relaxed);
     });
+}
+
+/// `stepstream import`: each directory of event files to a run, incrementally.
+fn import_dir(args: ImportArgs) -> Result<()> {
+    use stepstream_collector::tensorboard::{discover, RunDir};
+    let root = std::fs::canonicalize(&args.dir)
+        .with_context(|| format!("cannot open {}", args.dir.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    ctrlc_flag(stop.clone());
+    let host = stepstream_collector::hostname();
+    let mut runs: Vec<(RunDir, Collector)> = Vec::new();
+    let mut failed = 0u64;
+    let mut broken: Vec<String> = Vec::new();
+    loop {
+        // New directories (all of them, the first time).
+        for dir in discover(&root)?.into_keys() {
+            if runs.iter().any(|(r, _)| r.dir == dir) {
+                continue;
+            }
+            let name = match dir.strip_prefix(&root) {
+                Ok(rel) if !rel.as_os_str().is_empty() => rel.to_string_lossy().into_owned(),
+                _ => root
+                    .file_name()
+                    .map_or("tensorboard".into(), |n| n.to_string_lossy().into_owned()),
+            };
+            let run_id = run_id_for(&dir, &host)?;
+            let run_id = RunId::new(run_id.as_str().replacen("tail-", "tb-", 1))?;
+            let mut options = Options::new(&args.hub, &args.project, &name);
+            options.token = args.token.clone();
+            options.run_id = Some(run_id.clone());
+            options.framework = "tensorboard import".into();
+            options.ca_file = args.ca_file.clone();
+            let collector = Collector::start(options)?;
+            let after = loop {
+                if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
+                    break last;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                eprintln!(
+                    "stepstream import: waiting for the hub at {} ({})",
+                    args.hub,
+                    collector.last_error().unwrap_or_default()
+                );
+            };
+            eprintln!(
+                "stepstream import: {} as run {run_id}{}",
+                dir.display(),
+                after.map_or(String::new(), |s| format!(", after step {s}"))
+            );
+            runs.push((RunDir::new(dir, after), collector));
+        }
+        for (run, collector) in &mut runs {
+            if let Err(e) = run.poll(collector) {
+                eprintln!(
+                    "stepstream import: {e}; the rest of {} is not read",
+                    run.dir.display()
+                );
+            }
+            collector.flush();
+        }
+        if !args.follow || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(args.poll_ms.max(50)));
+    }
+    for (run, collector) in runs {
+        let r = &run.report;
+        let sent = collector.finish(Outcome::Finished);
+        eprintln!(
+            "stepstream import: {}: {} events ({} points) sent, {} already on the hub, {} \
+             undecodable; {}",
+            run.dir.display(),
+            r.events - r.skipped,
+            r.points,
+            r.skipped,
+            r.undecodable,
+            if sent.delivered {
+                "all acknowledged"
+            } else {
+                "NOT all acknowledged"
+            }
+        );
+        if !sent.delivered {
+            failed += sent.unacked;
+        }
+        if let Some(why) = &run.broken {
+            broken.push(format!("{}: {why}", run.dir.display()));
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} records were not acknowledged by the hub");
+    }
+    if !broken.is_empty() {
+        bail!(
+            "damaged event files (what came before the damage was imported):\n{}",
+            broken.join("\n")
+        );
+    }
+    Ok(())
 }
 
 /// `stepstream token`: appends a new scoped token to the tokens file, checking that the

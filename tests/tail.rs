@@ -176,3 +176,71 @@ fn tail_merges_rows_of_one_step_and_follows_rotation_and_truncation() {
     tail.kill().unwrap();
     let _ = tail.wait();
 }
+
+#[test]
+fn tail_reads_a_mindformers_training_log_without_touching_the_script() {
+    let hub = Hub::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("mindformers.log");
+    // Lines as MindFormers' loss monitor prints them (older shape, two epochs of 3 steps,
+    // with its progress lines), amid the rest of a training log, then the newer shape.
+    let mut text = String::from(
+        "2025-03-02 10:23:40,000 - mindformers[mindformers/trainer/base_trainer.py:100] - INFO - .........Build Network..........\n",
+    );
+    for epoch in 1..=2 {
+        for step in 1..=3 {
+            let g = (epoch - 1) * 3 + step;
+            text.push_str(&format!(
+                "2025-03-02 10:23:4{g},123 - mindformers[mindformers/core/callback/callback.py:360] - INFO - {{ Epoch:[{epoch:3}/  2], step:[{step:5}/    3], loss: {:.3}, per_step_time: {}ms, lr: {:e}, overflow cond: False, loss_scale: 1.0, global_norm: [{}], train_throughput_per_npu: 1.5T\n",
+                10.0 / g as f64,
+                100 + g,
+                1e-4 * g as f64,
+                0.5 + g as f64
+            ));
+            text.push_str(&format!(
+                "2025-03-02 10:23:4{g},124 - mindformers[mindformers/core/callback/callback.py:371] - INFO -   {:.1}% |████      | {}.5 samples/s/p  0:00:0{g} }}\n",
+                g as f64 * 100.0 / 6.0,
+                g
+            ));
+        }
+    }
+    text.push_str("2026-06-01 08:00:00,001 - mindformers[mindformers/core/callback/callback.py:512] - INFO - { epoch: 3, step: 7, loss: 0.125, per_step_time: 90ms, lr: 7e-4, global_norm: 0.25 }\n");
+    std::fs::write(&log, text).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "tail",
+            log.to_str().unwrap(),
+            "--format",
+            "mindformers",
+            "--no-follow",
+        ])
+        .args(["--hub", &hub.ws(), "--run-id", "mf-log"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let series = |m: &str| hub.json(&format!("/api/runs/mf-log/series?metric={m}"));
+    let loss = series("loss");
+    let steps: Vec<i64> = loss["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_i64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4, 5, 6, 7], "global steps across epochs");
+    assert_eq!(loss["values"][4], 2.0, "10 / step 5");
+    assert_eq!(series("lr")["values"][6], 7e-4);
+    assert_eq!(series("step_time")["values"][0], 0.101);
+    assert_eq!(series("global_norm")["values"][2], 3.5);
+    assert_eq!(series("samples_per_sec_per_device")["values"][3], 4.5);
+    assert_eq!(series("overflow")["values"][0], 0.0);
+    let run = hub.json("/api/runs/mf-log");
+    assert_eq!(run["framework"], "mindformers (log tail)");
+    assert_eq!(
+        run["records"], 7,
+        "monitor and progress lines of a step are one record"
+    );
+}

@@ -23,6 +23,7 @@ mod docs;
 mod embed;
 mod hardening;
 mod hub;
+mod import;
 mod proxy;
 mod range;
 mod security;

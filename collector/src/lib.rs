@@ -22,6 +22,7 @@ mod sender;
 mod spool;
 pub mod system;
 pub mod tail;
+pub mod tensorboard;
 mod tls;
 
 use std::collections::HashMap;

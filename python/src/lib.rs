@@ -117,12 +117,17 @@ impl Run {
         Ok(addr)
     }
 
-    fn release(&mut self, py: Python<'_>) {
+    /// Converts and sends the held records; `keep_newest` keeps the last one held: its
+    /// tensors may still be computing (an asynchronous step), and reading them now would
+    /// wait for the device, where the older ones are done.
+    fn release(&mut self, py: Python<'_>, keep_newest: bool) {
         let Some(c) = self.collector.clone() else {
             self.held.clear();
             return;
         };
+        let newest = if keep_newest { self.held.pop() } else { None };
         let held = std::mem::take(&mut self.held);
+        self.held.extend(newest);
         // Every held tensor in one call: `stepstream._tensors.to_floats` stacks a framework's
         // tensors per device and copies them to the host at once, one device sync for the
         // whole batch of steps instead of one per tensor.
@@ -277,15 +282,15 @@ impl Run {
             wall_time,
             values,
         });
-        if self.held.len() >= self.defer_every {
-            self.release(py);
+        if self.held.len() > self.defer_every {
+            self.release(py, true);
         }
         Ok(())
     }
 
     /// Converts held tensors and asks the sender to send now.
     fn flush(&mut self, py: Python<'_>) {
-        self.release(py);
+        self.release(py, false);
         if let Some(c) = &self.collector {
             c.flush();
         }
@@ -311,7 +316,7 @@ impl Run {
                 )))
             }
         };
-        self.release(py);
+        self.release(py, false);
         self.sampler = None;
         let report = dict(py)?;
         let Some(c) = self.collector.take() else {

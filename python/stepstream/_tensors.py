@@ -16,6 +16,15 @@ stats = {"host_copies": 0, "tensors": 0}
 
 
 def _first(x: Any) -> Optional[float]:
+    item = getattr(x, "item", None)
+    if item is not None:
+        # A one-element tensor's own read: ~1 us for MindSpore's, against ~15 for asnumpy.
+        try:
+            v = float(item())
+            stats["host_copies"] += 1
+            return v
+        except Exception:  # noqa: BLE001 - more than one element: the first, below
+            pass
     try:
         if hasattr(x, "asnumpy"):
             x = x.asnumpy()

@@ -182,14 +182,11 @@ class StepStreamCallback(Callback):
         self.seq_len = seq_len
         self.perplexity = perplexity
         self.lr_every = max(1, int(lr_every))
-        self._lr_table = None
-        self._lr_constant = None
+        self._lr_reader = None
         # A schedule's values for global steps [_chunk_start, _chunk_start + len(_chunk)).
         self._chunk = None
         self._chunk_start = 0
         self._vector_ok: Optional[bool] = None
-        # Optimizer global step minus the callback's step, read once.
-        self._step_offset: Optional[int] = None
         self._last_end: Optional[float] = None
         self._step_begin: Optional[float] = None
 
@@ -202,53 +199,71 @@ class StepStreamCallback(Callback):
         return opt
 
     def _learning_rate(self, p, step: int):
+        # What the lr comes from is decided once, at the first step; each step after is
+        # one call of the chosen reader.
+        if self._lr_reader is None:
+            self._lr_reader = self._choose_lr_reader(p, step)
+        return self._lr_reader(step)
+
+    def _choose_lr_reader(self, p, step: int):
         opt = self._optimizer(p)
-        if opt is None:
-            return None
+        if opt is None or getattr(opt, "is_group_lr", False):
+            return lambda step: None
         lr = opt.learning_rate
-        if getattr(opt, "is_group_lr", False):
-            return None
         if not getattr(opt, "dynamic_lr", False):
-            if self._lr_constant is None:
-                self._lr_constant = _scalar(lr)
-            return self._lr_constant
+            constant = _scalar(lr)
+            return lambda step: constant
         table = getattr(lr, "learning_rate", None)
         if isinstance(table, ms.Parameter):  # per-step list: index a host copy of it
-            if self._lr_table is None:
-                self._lr_table = table.asnumpy().reshape(-1)
-            i = min(step - 1, len(self._lr_table) - 1)
-            return float(self._lr_table[i])
-        # A LearningRateSchedule: the value the optimizer used for this step, global step
-        # g = the optimizer's count before it (read once: a resumed run starts above 0).
-        if self._step_offset is None:
-            self._step_offset = int(_scalar(opt.global_step)) - step
-        g = step + self._step_offset - 1
-        if self._vector_ok is not False:
-            value = self._from_chunk(lr, g)
-            if value is not None:
-                return value
-        if step % self.lr_every and step != 1:
-            return None
-        return lr(ms.Tensor(g, ms.int32))
+            host = table.asnumpy().reshape(-1).astype(_np.float64).tolist()
+            last = len(host) - 1
+            return lambda step: host[min(step - 1, last)]
+        # A LearningRateSchedule: the value the optimizer used for this step, at global
+        # step g = the optimizer's count before it (read once: a resumed run starts above 0).
+        offset = int(_scalar(opt.global_step)) - step
+
+        def scheduled(step):
+            g = step + offset - 1
+            chunk = self._chunk
+            if chunk is not None and self._chunk_start <= g < self._chunk_start + len(chunk):
+                return chunk[g - self._chunk_start]
+            if self._vector_ok is not False:
+                value = self._from_chunk(lr, g)
+                if value is not None:
+                    return value
+            if step % self.lr_every and step != 1:
+                return None
+            return lr(ms.Tensor(g, ms.int32))
+
+        return scheduled
 
     def _from_chunk(self, schedule, g: int) -> Optional[float]:
-        """``schedule(g)`` from a table evaluated ``LR_CHUNK`` steps at a time."""
+        """``schedule(g)`` from a table evaluated ``LR_CHUNK`` steps at a time.
+
+        The schedule's ``construct`` runs eagerly (~6 ms per chunk on a CPU): calling the
+        cell would compile a graph per input shape (~0.3 s each), which a short run feels."""
         if self._chunk is None or not (self._chunk_start <= g < self._chunk_start + len(self._chunk)):
-            try:
-                steps = ms.Tensor(_np.arange(g, g + LR_CHUNK, dtype=_np.int32))
-                table = schedule(steps).asnumpy().reshape(-1)
-                if self._vector_ok is None:
-                    # Elementwise? The first value must be what a scalar call gives.
-                    one = _scalar(schedule(ms.Tensor(g, ms.int32)))
-                    self._vector_ok = len(table) == LR_CHUNK and math.isclose(
-                        float(table[0]), one, rel_tol=1e-6, abs_tol=1e-12)
-                if not self._vector_ok:
-                    return None
-            except Exception:  # noqa: BLE001 - a schedule that needs a scalar step
+            steps = ms.Tensor(_np.arange(g, g + LR_CHUNK, dtype=_np.int32))
+            table = None
+            for evaluate in (getattr(schedule, "construct", None), schedule):
+                if evaluate is None:
+                    continue
+                try:
+                    table = _np.asarray(evaluate(steps).asnumpy(), dtype=_np.float64).reshape(-1)
+                    if self._vector_ok is None:
+                        # Elementwise? The first value must be what a scalar step gives.
+                        one = _scalar(evaluate(ms.Tensor(g, ms.int32)))
+                        self._vector_ok = len(table) == LR_CHUNK and math.isclose(
+                            float(table[0]), one, rel_tol=1e-6, abs_tol=1e-12)
+                    break
+                except Exception:  # noqa: BLE001 - try the next way, then give up
+                    table = None
+            if table is None:
                 self._vector_ok = False
+            if not self._vector_ok:
                 return None
-            self._chunk, self._chunk_start = table, g
-        return float(self._chunk[g - self._chunk_start])
+            self._chunk, self._chunk_start = table.tolist(), g
+        return self._chunk[g - self._chunk_start]
 
     def _config(self, p) -> Mapping[str, Any]:
         cfg = dict(self._init_kwargs.pop("config", None) or {})

@@ -223,7 +223,11 @@ mod tests {
         ] {
             assert!(parse(other).is_none(), "{other}");
         }
-        assert!(parse("INFO - { Epoch:[1/2], step:[x/3], loss: 1.0 }").unwrap().is_err());
-        assert!(parse("INFO - { Epoch:[1/2], step:[1/3], loss: abc }").unwrap().is_err());
+        assert!(parse("INFO - { Epoch:[1/2], step:[x/3], loss: 1.0 }")
+            .unwrap()
+            .is_err());
+        assert!(parse("INFO - { Epoch:[1/2], step:[1/3], loss: abc }")
+            .unwrap()
+            .is_err());
     }
 }

@@ -1,0 +1,249 @@
+//! The parts of TensorFlow's `Event` protobuf that carry scalars, decoded with `prost`
+//! (field numbers from `event.proto`, `summary.proto` and `tensor.proto`).
+//!
+//! A scalar is either a `simple_value` (tensorboardX, PyTorch's `SummaryWriter`, MindFormers,
+//! TF1) or a one-element `tensor` (TF2's `tf.summary.scalar`, plugin `scalars`): float,
+//! double, int32, int64 or half, in its typed field or its `tensor_content` bytes.
+
+use prost::Message;
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Event {
+    #[prost(double, tag = "1")]
+    pub wall_time: f64,
+    #[prost(int64, tag = "2")]
+    pub step: i64,
+    #[prost(message, optional, tag = "5")]
+    pub summary: Option<Summary>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Summary {
+    #[prost(message, repeated, tag = "1")]
+    pub value: Vec<Value>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Value {
+    #[prost(string, tag = "1")]
+    pub tag: String,
+    #[prost(float, optional, tag = "2")]
+    pub simple_value: Option<f32>,
+    #[prost(message, optional, tag = "8")]
+    pub tensor: Option<Tensor>,
+    #[prost(message, optional, tag = "9")]
+    pub metadata: Option<Metadata>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Metadata {
+    #[prost(message, optional, tag = "1")]
+    pub plugin_data: Option<PluginData>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct PluginData {
+    #[prost(string, tag = "1")]
+    pub plugin_name: String,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Tensor {
+    #[prost(int32, tag = "1")]
+    pub dtype: i32,
+    #[prost(message, optional, tag = "2")]
+    pub shape: Option<Shape>,
+    #[prost(bytes = "vec", tag = "4")]
+    pub content: Vec<u8>,
+    #[prost(float, repeated, tag = "5")]
+    pub float_val: Vec<f32>,
+    #[prost(double, repeated, tag = "6")]
+    pub double_val: Vec<f64>,
+    #[prost(int32, repeated, tag = "7")]
+    pub int_val: Vec<i32>,
+    #[prost(int64, repeated, tag = "10")]
+    pub int64_val: Vec<i64>,
+    #[prost(int32, repeated, tag = "13")]
+    pub half_val: Vec<i32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Shape {
+    #[prost(message, repeated, tag = "2")]
+    pub dim: Vec<Dim>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Dim {
+    #[prost(int64, tag = "1")]
+    pub size: i64,
+}
+
+const DT_FLOAT: i32 = 1;
+const DT_DOUBLE: i32 = 2;
+const DT_INT32: i32 = 3;
+const DT_INT64: i32 = 9;
+const DT_HALF: i32 = 19;
+
+fn half(bits: u16) -> f64 {
+    let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+    let exp = i32::from((bits >> 10) & 0x1f);
+    let frac = f64::from(bits & 0x3ff);
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+impl Tensor {
+    /// The value of a one-element tensor.
+    pub fn scalar(&self) -> Option<f64> {
+        let elements: i64 = self
+            .shape
+            .as_ref()
+            .map_or(1, |s| s.dim.iter().map(|d| d.size).product());
+        if elements != 1 {
+            return None;
+        }
+        let c = &self.content;
+        match self.dtype {
+            DT_FLOAT => self
+                .float_val
+                .first()
+                .map(|&v| f64::from(v))
+                .or_else(|| Some(f64::from(f32::from_le_bytes(c.get(..4)?.try_into().ok()?)))),
+            DT_DOUBLE => self
+                .double_val
+                .first()
+                .copied()
+                .or_else(|| Some(f64::from_le_bytes(c.get(..8)?.try_into().ok()?))),
+            DT_INT32 => self
+                .int_val
+                .first()
+                .map(|&v| f64::from(v))
+                .or_else(|| Some(f64::from(i32::from_le_bytes(c.get(..4)?.try_into().ok()?)))),
+            DT_INT64 => self
+                .int64_val
+                .first()
+                .map(|&v| v as f64)
+                .or_else(|| Some(i64::from_le_bytes(c.get(..8)?.try_into().ok()?) as f64)),
+            DT_HALF => self
+                .half_val
+                .first()
+                .map(|&v| half(v as u16))
+                .or_else(|| Some(half(u16::from_le_bytes(c.get(..2)?.try_into().ok()?)))),
+            _ => None,
+        }
+    }
+}
+
+impl Event {
+    /// The event's scalars, `(tag, value)`.
+    pub fn scalars(&self) -> Vec<(&str, f64)> {
+        let Some(summary) = &self.summary else {
+            return Vec::new();
+        };
+        summary
+            .value
+            .iter()
+            .filter_map(|v| {
+                let value = match (&v.simple_value, &v.tensor) {
+                    (Some(s), _) => f64::from(*s),
+                    (None, Some(t)) => {
+                        let plugin = v
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| m.plugin_data.as_ref())
+                            .map(|p| p.plugin_name.as_str());
+                        // TF2 scalars say so; other one-element tensors (text, say) are not.
+                        if !matches!(plugin, Some("scalars") | None) {
+                            return None;
+                        }
+                        t.scalar()?
+                    }
+                    _ => return None,
+                };
+                Some((v.tag.as_str(), value))
+            })
+            .collect()
+    }
+
+    pub fn decode_bytes(bytes: &[u8]) -> Result<Event, prost::DecodeError> {
+        Event::decode(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_and_tensor_scalars() {
+        let e = Event {
+            wall_time: 1.5,
+            step: 7,
+            summary: Some(Summary {
+                value: vec![
+                    Value {
+                        tag: "loss".into(),
+                        simple_value: Some(0.25),
+                        ..Default::default()
+                    },
+                    Value {
+                        tag: "tf2/acc".into(),
+                        tensor: Some(Tensor {
+                            dtype: DT_FLOAT,
+                            content: 0.75f32.to_le_bytes().to_vec(),
+                            ..Default::default()
+                        }),
+                        metadata: Some(Metadata {
+                            plugin_data: Some(PluginData {
+                                plugin_name: "scalars".into(),
+                            }),
+                        }),
+                        ..Default::default()
+                    },
+                    Value {
+                        tag: "text".into(),
+                        tensor: Some(Tensor {
+                            dtype: DT_FLOAT,
+                            float_val: vec![1.0],
+                            ..Default::default()
+                        }),
+                        metadata: Some(Metadata {
+                            plugin_data: Some(PluginData {
+                                plugin_name: "text".into(),
+                            }),
+                        }),
+                        ..Default::default()
+                    },
+                    Value {
+                        tag: "tf2/double".into(),
+                        tensor: Some(Tensor {
+                            dtype: DT_DOUBLE,
+                            double_val: vec![0.125],
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ],
+            }),
+        };
+        let back = Event::decode_bytes(&e.encode_to_vec()).unwrap();
+        assert_eq!(back.step, 7);
+        assert_eq!(
+            back.scalars(),
+            vec![("loss", 0.25), ("tf2/acc", 0.75), ("tf2/double", 0.125)]
+        );
+    }
+
+    #[test]
+    fn half_floats() {
+        assert_eq!(half(0x3c00), 1.0);
+        assert_eq!(half(0xc000), -2.0);
+        assert!(half(0x7e00).is_nan());
+        assert_eq!(half(0x7c00), f64::INFINITY);
+    }
+}

@@ -1,0 +1,191 @@
+//! `stepstream import`: TensorBoard event files (built here record by record: TF1-style
+//! `simple_value`s and TF2 tensor-valued scalars) become runs; a second import adds only
+//! what is new; a record cut short waits; a damaged file is named and the rest goes on.
+
+use crate::util::*;
+use prost::Message;
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use stepstream_collector::tensorboard::event::{
+    Event, Metadata, PluginData, Summary, Tensor, Value,
+};
+use stepstream_collector::tensorboard::records::frame;
+
+fn simple(step: i64, wall: f64, tag: &str, v: f32) -> Vec<u8> {
+    let e = Event {
+        wall_time: wall,
+        step,
+        summary: Some(Summary {
+            value: vec![Value {
+                tag: tag.into(),
+                simple_value: Some(v),
+                ..Default::default()
+            }],
+        }),
+    };
+    frame(&e.encode_to_vec())
+}
+
+/// A TF2 `tf.summary.scalar`: a float tensor in `tensor_content`, plugin `scalars`.
+fn tf2(step: i64, wall: f64, tag: &str, v: f32) -> Vec<u8> {
+    let e = Event {
+        wall_time: wall,
+        step,
+        summary: Some(Summary {
+            value: vec![Value {
+                tag: tag.into(),
+                tensor: Some(Tensor {
+                    dtype: 1,
+                    content: v.to_le_bytes().to_vec(),
+                    ..Default::default()
+                }),
+                metadata: Some(Metadata {
+                    plugin_data: Some(PluginData {
+                        plugin_name: "scalars".into(),
+                    }),
+                }),
+                ..Default::default()
+            }],
+        }),
+    };
+    frame(&e.encode_to_vec())
+}
+
+fn append(path: &Path, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn import(hub: &Hub, dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args(["import", dir.to_str().unwrap(), "--hub", &hub.ws()])
+        .output()
+        .unwrap()
+}
+
+fn runs_by_name(hub: &Hub) -> std::collections::HashMap<String, String> {
+    hub.json("/api/runs")["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["run_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn event_files_become_runs_incrementally_with_their_wall_times() {
+    let hub = Hub::start(&[]);
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (root.path().join("exp/a"), root.path().join("exp/b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let fa = a.join("events.out.tfevents.1764700000.host.1.0");
+    let t0 = 1_764_700_000.0;
+    for step in 0..10 {
+        append(
+            &fa,
+            &simple(step, t0 + step as f64, "loss", 1.0 / (step + 1) as f32),
+        );
+        append(
+            &fa,
+            &tf2(step, t0 + step as f64, "train/acc", step as f32 / 10.0),
+        );
+        append(&fa, &simple(step, t0 + step as f64, "loss vs samples", 9.0));
+    }
+    append(
+        &b.join("events.out.tfevents.1764700001.host.2.0"),
+        &simple(3, t0, "eval/loss", 0.5),
+    );
+    let out = import(&hub, root.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = runs_by_name(&hub);
+    let (ra, rb) = (&runs["exp/a"], &runs["exp/b"]);
+    let loss = hub.json(&format!("/api/runs/{ra}/series?metric=loss"));
+    assert_eq!(loss["steps"].as_array().unwrap().len(), 10);
+    assert_eq!(loss["values"][3], 0.25);
+    assert_eq!(loss["times"][3], t0 + 3.0, "the event's wall time");
+    let acc = hub.json(&format!("/api/runs/{ra}/series?metric=train%2Facc"));
+    assert_eq!(
+        acc["values"][5].as_f64().unwrap(),
+        0.5f32 as f64,
+        "a TF2 tensor scalar"
+    );
+    let metrics = hub.json(&format!("/api/runs/{ra}"))["metrics"].to_string();
+    assert!(!metrics.contains("vs samples"), "{metrics}");
+    assert_eq!(hub.json(&format!("/api/runs/{rb}"))["records"], 1);
+    assert_eq!(
+        hub.json(&format!("/api/runs/{ra}"))["records"],
+        10,
+        "one record per step"
+    );
+
+    // The file grows, ending in a record cut short: only the new whole steps are added.
+    for step in 10..15 {
+        append(&fa, &simple(step, t0 + step as f64, "loss", 0.01));
+    }
+    let last = simple(15, t0 + 15.0, "loss", 0.001);
+    append(&fa, &last[..last.len() - 5]);
+    let out = import(&hub, root.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(runs_by_name(&hub).len(), 2, "the same runs");
+    let loss = hub.json(&format!("/api/runs/{ra}/series?metric=loss"));
+    let steps: Vec<i64> = loss["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        (0..15).collect::<Vec<_>>(),
+        "nothing twice, the cut record waits"
+    );
+    append(&fa, &last[last.len() - 5..]);
+    assert!(import(&hub, root.path()).status.success());
+    let n = hub.json(&format!("/api/runs/{ra}/series?metric=loss"))["steps"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 16, "completed, it is read");
+
+    // A flipped bit: that directory stops at the damage and says where; the other goes on.
+    let fb = b.join("events.out.tfevents.1764700001.host.2.0");
+    append(&fb, &simple(4, t0, "eval/loss", 0.4));
+    let mut bad = simple(5, t0, "eval/loss", 0.3);
+    let at = bad.len() - 6;
+    bad[at] ^= 0x10;
+    append(&fb, &bad);
+    append(&fa, &simple(16, t0 + 16.0, "loss", 0.0001));
+    let out = import(&hub, root.path());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("checksum") && err.contains("exp/b"), "{err}");
+    assert_eq!(
+        hub.json(&format!("/api/runs/{rb}"))["records"],
+        2,
+        "up to the damage"
+    );
+    assert_eq!(
+        hub.json(&format!("/api/runs/{ra}"))["records"],
+        17,
+        "the other run went on"
+    );
+}
