@@ -77,6 +77,9 @@ pub fn discover(root: &Path) -> Result<BTreeMap<PathBuf, Vec<PathBuf>>, ImportEr
     Ok(found)
 }
 
+/// A record being gathered: step, wall time, values by tag.
+type Gathered = (i64, f64, Vec<(String, f64)>);
+
 /// One run's directory, read incrementally.
 pub struct RunDir {
     pub dir: PathBuf,
@@ -85,7 +88,7 @@ pub struct RunDir {
     /// While set, events up to this step are skipped (the hub has them).
     catching_up: Option<i64>,
     /// The record being gathered: consecutive events of one step.
-    open: Option<(i64, f64, Vec<(String, f64)>)>,
+    open: Option<Gathered>,
     pub report: ImportReport,
     /// Why this directory is no longer read (a damaged file); the others go on.
     pub broken: Option<String>,
@@ -202,8 +205,7 @@ impl RunDir {
             None => {}
         }
         self.report.points += scalars.len() as u64;
-        if let Some((step, _, values)) = self.open.as_mut().filter(|o| o.0 == e.step) {
-            let _ = step;
+        if let Some((_, _, values)) = self.open.as_mut().filter(|o| o.0 == e.step) {
             for (tag, v) in scalars {
                 match values.iter_mut().find(|(t, _)| *t == tag) {
                     Some(slot) => slot.1 = v,
