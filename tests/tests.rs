@@ -24,6 +24,7 @@ mod embed;
 mod hardening;
 mod hub;
 mod import;
+mod metrics;
 mod proxy;
 mod range;
 mod security;

@@ -72,6 +72,8 @@ pub async fn collector_socket(
         .max_frame_size(SOCKET_LIMIT)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
+            let sockets = app.sockets.clone();
+            let _open = crate::metrics::Open::new(&sockets.collectors);
             let mut conn = Conn {
                 socket,
                 id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),

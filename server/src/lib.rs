@@ -10,6 +10,7 @@
 //! * `guard` — `Host` and `Origin` checks: who may talk to the hub at all.
 //! * `auth` — tokens.
 //! * `limits` — what one collector, run, project and address may use.
+//! * `metrics` — `/metrics` for Prometheus.
 //! * `web` — the embedded web app and the embeddable widget's files.
 
 pub mod alerts;
@@ -20,6 +21,7 @@ pub mod guard;
 pub mod hub;
 pub mod ingest;
 pub mod limits;
+pub mod metrics;
 pub mod notify;
 pub mod store;
 pub mod viewer;
@@ -84,6 +86,9 @@ pub struct AppState {
     /// The allowed origins as a `frame-ancestors` source list tail (` https://wiki.example`):
     /// who may frame `/embed`.
     pub frame_ancestors: Arc<str>,
+    /// For `/metrics`: open sockets, and each run's step at the previous scrape.
+    pub sockets: Arc<metrics::Sockets>,
+    pub scrapes: Arc<metrics::Scrapes>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +129,7 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         .route("/api/runs/{id}/config.json", get(api::export_config))
         .route("/api/runs/{id}/alerts", get(api::alerts))
         .route("/ws/viewer", get(viewer::viewer_socket))
+        .route("/metrics", get(metrics::metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_read,
@@ -200,6 +206,8 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             .map(|o| format!(" {}", o.trim_end_matches('/')))
             .collect::<String>()
             .into(),
+        sockets: Arc::default(),
+        scrapes: Arc::default(),
     };
     if let Some(path) = settings.tokens_file.clone() {
         tokio::spawn(auth::reload_on_change(state.auth.clone(), path));

@@ -119,6 +119,13 @@ impl RunRules {
         }
     }
 
+    /// The rules firing now, sorted.
+    pub fn firing(&self) -> Vec<&'static str> {
+        let mut rules: Vec<&'static str> = self.active.keys().copied().collect();
+        rules.sort_unstable();
+        rules
+    }
+
     /// Conditions that hold at this record.
     pub fn findings(&mut self, rules: &Rules, step: i64, values: &[(&str, f64)]) -> Judged {
         // A wide record (hundreds of system metrics) is looked up through a map, so rules

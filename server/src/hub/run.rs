@@ -55,6 +55,11 @@ impl RunState {
         }
     }
 
+    /// The alert rules firing for this run now.
+    pub fn firing_alerts(&self) -> Vec<&'static str> {
+        self.rules.firing()
+    }
+
     pub fn metric_name(&self, id: MetricId) -> Option<&str> {
         self.metrics
             .binary_search_by_key(&id, |m| m.id)

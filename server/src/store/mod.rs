@@ -118,6 +118,19 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
 }
 
 impl Store {
+    /// Bytes of the database, its WAL and shared-memory files on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        ["", "-wal", "-shm"]
+            .iter()
+            .filter_map(|suffix| {
+                let mut p = self.path.as_os_str().to_owned();
+                p.push(suffix);
+                std::fs::metadata(PathBuf::from(p)).ok()
+            })
+            .map(|m| m.len())
+            .sum()
+    }
+
     /// Opens (or creates) the database and returns the runs it holds.
     pub fn open(path: &Path, fsync_every_commit: bool) -> Result<(Store, Vec<StoredRun>)> {
         if let Some(dir) = path.parent() {

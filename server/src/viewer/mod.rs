@@ -55,6 +55,7 @@ pub async fn viewer_socket(
     ws.max_message_size(64 * 1024)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
+            let _open = crate::metrics::Open::new(&app.sockets.viewers);
             serve(app.hub.clone(), socket, scope).await
         })
 }

@@ -1,6 +1,9 @@
-//! System metrics sampled on their own thread: host CPU and memory through `sysinfo`, and
-//! NVIDIA accelerators (memory, utilisation, temperature, power) through `nvidia-smi`, NVML's
-//! command-line front end, when it is installed. Absent sources are skipped silently.
+//! System metrics sampled on their own thread: host CPU and memory through `sysinfo`,
+//! NVIDIA GPUs through NVML (`nvidia`), Ascend NPUs through `npu-smi` (`ascend`). A source
+//! that is absent (no library, no device, no tool) is skipped silently: no metrics, no error.
+
+mod ascend;
+mod nvidia;
 
 use crate::Collector;
 use std::sync::mpsc;
@@ -44,65 +47,25 @@ impl Host {
     }
 }
 
-/// One line per GPU: index, memory used and total (MiB), utilisation %, temperature °C, power W.
-fn nvidia() -> Vec<(String, f64)> {
-    let Ok(out) = std::process::Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=index,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw",
-            "--format=csv,noheader,nounits",
-        ])
-        .stderr(std::process::Stdio::null())
-        .output()
-    else {
-        return Vec::new();
-    };
-    if !out.status.success() {
-        return Vec::new();
-    }
-    parse_nvidia(&String::from_utf8_lossy(&out.stdout))
-}
-
-fn parse_nvidia(text: &str) -> Vec<(String, f64)> {
-    let mut values = Vec::new();
-    for line in text.lines() {
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let Some(index) = cells.first() else { continue };
-        let names = [
-            "mem_used_gb",
-            "mem_total_gb",
-            "util_percent",
-            "temp_c",
-            "power_w",
-        ];
-        for (i, name) in names.iter().enumerate() {
-            if let Some(v) = cells.get(i + 1).and_then(|c| c.parse::<f64>().ok()) {
-                let v = if i < 2 { v / 1024.0 } else { v };
-                values.push((format!("gpu{index}/{name}"), v));
-            }
-        }
-    }
-    values
-}
-
 /// Samples every `every` into `collector` until the returned guard is dropped.
 pub fn start(collector: Arc<Collector>, every: Duration) -> Sampler {
     let (stop, stopped) = mpsc::channel::<()>();
-    let has_nvidia = std::process::Command::new("nvidia-smi")
-        .arg("-L")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
     let _ = std::thread::Builder::new()
         .name("stepstream-system".into())
         .spawn(move || {
             let mut host = Host::new();
+            // Probed once, on this thread: NVML is used from the thread that opened it.
+            let gpus = nvidia::Gpus::open();
+            let npus = ascend::present();
             // Each wait ends at the next sample, or at once when the guard is dropped.
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
                 let mut values: Vec<(String, f64)> = Vec::new();
                 host.sample(&mut values);
-                if has_nvidia {
-                    values.extend(nvidia());
+                if let Some(g) = &gpus {
+                    g.sample(&mut values);
+                }
+                if npus {
+                    values.extend(ascend::sample());
                 }
                 let refs: Vec<(&str, f64)> = values.iter().map(|(k, v)| (k.as_str(), *v)).collect();
                 if !refs.is_empty() {
@@ -132,14 +95,21 @@ mod tests {
     }
 
     #[test]
-    fn nvidia_smi_output_parses() {
-        let v = parse_nvidia("0, 1024, 81920, 37, 45, 120.5\n1, 2048, 81920, [N/A], 50, 130\n");
-        assert!(v.contains(&("gpu0/mem_used_gb".to_string(), 1.0)));
-        assert!(v.contains(&("gpu0/power_w".to_string(), 120.5)));
-        assert!(
-            !v.iter().any(|(k, _)| k == "gpu1/util_percent"),
-            "N/A is skipped"
-        );
-        assert!(v.contains(&("gpu1/temp_c".to_string(), 50.0)));
+    fn gpus_without_nvml_are_none_and_with_it_are_read() {
+        let gpus = nvidia::Gpus::open();
+        let lib = std::process::Command::new("ldconfig")
+            .arg("-p")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("libnvidia-ml.so"))
+            .unwrap_or(false);
+        match gpus {
+            None => assert!(!lib || !std::path::Path::new("/dev/nvidiactl").exists()),
+            Some(g) => {
+                let mut values = Vec::new();
+                g.sample(&mut values);
+                let total = values.iter().find(|(k, _)| k == "gpu0/mem_total_gb");
+                assert!(total.is_some_and(|(_, v)| *v > 0.0), "{values:?}");
+            }
+        }
     }
 }
