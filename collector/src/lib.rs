@@ -373,31 +373,55 @@ impl Collector {
         self.send_record(step, unix_now(), metrics, false);
     }
 
+    /// The id of metric `name` in this run, defining it on first use; `None` when its
+    /// definition could not be queued (a full queue: the record is dropped and counted).
+    /// Callers that log the same names every step keep the id and use [`Collector::log_ids_at`].
+    pub fn metric_id(&self, name: &str) -> Option<MetricId> {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&id) = names.get(name) {
+            return Some(id);
+        }
+        let id = MetricId(names.len() as u32);
+        let def = MetricDef {
+            id,
+            name: name.to_string(),
+        };
+        // A definition that does not fit is retried with the next record.
+        if self.queue.try_send(Command::Define(def)).is_err() {
+            return None;
+        }
+        names.insert(name.to_string(), id);
+        Some(id)
+    }
+
+    /// Records one step of metrics by id (from [`Collector::metric_id`]): the fast path of a
+    /// binding that caches ids, with no name lookup per value.
+    pub fn log_ids_at(&self, step: i64, wall_time: f64, values: Vec<(MetricId, f64)>) {
+        self.last_step.store(step, Ordering::Relaxed);
+        self.push_record(step, wall_time, values, true);
+    }
+
     fn send_record(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)], archive: bool) {
         let mut values = Vec::with_capacity(metrics.len());
-        {
-            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-            for &(name, value) in metrics {
-                let id = match names.get(name) {
-                    Some(&id) => id,
-                    None => {
-                        let id = MetricId(names.len() as u32);
-                        let def = MetricDef {
-                            id,
-                            name: name.to_string(),
-                        };
-                        // A definition that does not fit is retried with the next record.
-                        if self.queue.try_send(Command::Define(def)).is_err() {
-                            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                        names.insert(name.to_string(), id);
-                        id
-                    }
-                };
-                values.push((id, value));
+        for &(name, value) in metrics {
+            match self.metric_id(name) {
+                Some(id) => values.push((id, value)),
+                None => {
+                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
             }
         }
+        self.push_record(step, wall_time, values, archive);
+    }
+
+    fn push_record(
+        &self,
+        step: i64,
+        wall_time: f64,
+        mut values: Vec<(MetricId, f64)>,
+        archive: bool,
+    ) {
         if values.len() > 1 {
             // A name given twice in one call: one value per metric, the last one winning
             // (the hub refuses a record that carries a metric twice).

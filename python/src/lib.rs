@@ -10,14 +10,23 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_collector::{system, Collector, Options, Outcome};
-use stepstream_protocol::{unix_now, RunId};
+use stepstream_protocol::{unix_now, MetricId, RunId};
 
 enum Value {
     Number(f64),
     Later(Py<PyAny>),
+}
+
+/// A metric name as a `str` object the caller passes (held, so its address stays its own),
+/// its text, and the collector's id for it once asked.
+struct Name {
+    _key: Py<PyString>,
+    text: String,
+    id: Option<MetricId>,
 }
 
 struct Held {
@@ -102,7 +111,7 @@ struct Run {
     /// Metric names by the address of the `str` object that carried them: a training loop
     /// passes the same (interned) key objects every step, and reading a `str`'s text
     /// through the stable ABI costs an allocation. Holding the object keeps the address valid.
-    names: std::collections::HashMap<usize, (Py<PyString>, String)>,
+    names: FxHashMap<usize, Name>,
     run_id: String,
     archive: Option<(String, String)>,
 }
@@ -112,9 +121,22 @@ impl Run {
         let addr = key.as_ptr() as usize;
         if let std::collections::hash_map::Entry::Vacant(slot) = self.names.entry(addr) {
             let text = key.to_cow()?.into_owned();
-            slot.insert((key.clone().unbind(), text));
+            slot.insert(Name {
+                _key: key.clone().unbind(),
+                text,
+                id: None,
+            });
         }
         Ok(addr)
+    }
+
+    /// The collector's id for the name at `addr`, asked once per key object.
+    fn id_of(&mut self, addr: usize, c: &Collector) -> Option<MetricId> {
+        let name = self.names.get_mut(&addr)?;
+        if name.id.is_none() {
+            name.id = c.metric_id(&name.text);
+        }
+        name.id
     }
 
     /// Converts and sends the held records; `keep_newest` keeps the last one held: its
@@ -214,7 +236,7 @@ impl Run {
             defer_every: defer_every.max(1),
             next_step: 0,
             unconvertible: 0,
-            names: std::collections::HashMap::new(),
+            names: FxHashMap::default(),
             run_id: collector.run_id().to_string(),
             archive: collector
                 .archive_paths()
@@ -258,19 +280,31 @@ impl Run {
             keys.push(self.name_of(&k)?);
         }
         if !later && self.held.is_empty() {
-            let pairs: Vec<(&str, f64)> = keys
-                .iter()
-                .map(|k| self.names[k].1.as_str())
-                .zip(numbers)
-                .collect();
-            c.log_at(step, wall_time, &pairs);
+            // The fast path: ids cached per key object, no name hashed.
+            let mut ids = Vec::with_capacity(keys.len());
+            for (&k, &v) in keys.iter().zip(&numbers) {
+                match self.id_of(k, &c) {
+                    Some(id) => ids.push((id, v)),
+                    None => {
+                        // A definition the queue had no room for: the string path counts it.
+                        let pairs: Vec<(&str, f64)> = keys
+                            .iter()
+                            .map(|k| self.names[k].text.as_str())
+                            .zip(numbers)
+                            .collect();
+                        c.log_at(step, wall_time, &pairs);
+                        return Ok(());
+                    }
+                }
+            }
+            c.log_ids_at(step, wall_time, ids);
             return Ok(());
         }
         // Hold the whole record (keeping step order) until the batch is converted.
         let mut values = Vec::with_capacity(metrics.len());
         for (k, v) in metrics.iter() {
             let key = self.name_of(&k.downcast_into::<PyString>()?)?;
-            let name = self.names[&key].1.clone();
+            let name = self.names[&key].text.clone();
             let value = match number(&v)? {
                 Some(f) => Value::Number(f),
                 None => Value::Later(v.unbind()),

@@ -35,8 +35,8 @@ for step in range(steps):
     opt.step()
     sched.step()
     run.log({"loss": loss, "grad_norm": norm, "lr": lr}, step=step)
+report = run.finish()
 copies = _tensors.stats["host_copies"] - before["host_copies"]
 tensors = _tensors.stats["tensors"] - before["tensors"]
-report = run.finish()
 print(json.dumps({"run_id": run.run_id, "norm": expected_norm, "lr": expected_lr, "copies": copies,
                   "tensors": tensors, "delivered": report["delivered"]}))
