@@ -189,3 +189,57 @@ fn event_files_become_runs_incrementally_with_their_wall_times() {
         "the other run went on"
     );
 }
+
+#[test]
+fn import_follow_streams_new_events_and_new_directories_until_stopped() {
+    let hub = Hub::start(&[]);
+    let root = tempfile::tempdir().unwrap();
+    let a = root.path().join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    let fa = a.join("events.out.tfevents.1.host");
+    append(&fa, &simple(0, 1_764_700_000.0, "loss", 1.0));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args(["import", root.path().to_str().unwrap(), "--hub", &hub.ws()])
+        .args(["--follow", "--poll-ms", "100"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let records = |name: &str| {
+        runs_by_name(&hub)
+            .get(name)
+            .and_then(|id| hub.json(&format!("/api/runs/{id}"))["records"].as_u64())
+    };
+    wait_for(
+        "the first event",
+        std::time::Duration::from_secs(20),
+        || (records("a") == Some(1)).then_some(()),
+    );
+    for step in 1..5 {
+        append(
+            &fa,
+            &simple(step, 1_764_700_000.0 + step as f64, "loss", 0.5),
+        );
+    }
+    let b = root.path().join("b");
+    std::fs::create_dir_all(&b).unwrap();
+    append(
+        &b.join("events.out.tfevents.2.host"),
+        &tf2(7, 1_764_700_100.0, "acc", 0.9),
+    );
+    wait_for(
+        "the new events and directory",
+        std::time::Duration::from_secs(20),
+        || (records("a") == Some(5) && records("b") == Some(1)).then_some(()),
+    );
+    // SIGTERM: it finishes its runs and exits cleanly.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("all acknowledged"), "{err}");
+    let id = &runs_by_name(&hub)["a"];
+    assert_eq!(hub.json(&format!("/api/runs/{id}"))["status"], "finished");
+}
