@@ -582,6 +582,20 @@ fn run_panel_config_diff_search_sort_grouping_and_a_four_rank_job() {
         panel.contains("pytorch") && panel.contains("finished") && panel.contains("0 / 1"),
         "{panel}"
     );
+    // Its embed snippet names the run, its loss and this hub; the iframe link draws it.
+    let snippet = page.eval("document.querySelector('[data-field=snippet]').value");
+    let snippet = snippet.as_str().unwrap();
+    assert!(
+        snippet.contains(&format!("data-stepstream-run=\"{a}\""))
+            && snippet.contains("data-metric=\"loss\"")
+            && snippet.contains(&format!("src=\"http://{}/embed.js\"", hub.addr())),
+        "{snippet}"
+    );
+    let frame = page.eval("document.querySelector('[data-field=iframe]').href");
+    assert_eq!(
+        frame.as_str().unwrap(),
+        format!("http://{}/embed?run={a}&metric=loss", hub.addr())
+    );
     // Two: the config table with the differing key highlighted.
     page.eval(&row(&b));
     page.wait(

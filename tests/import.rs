@@ -198,7 +198,7 @@ fn import_follow_streams_new_events_and_new_directories_until_stopped() {
     std::fs::create_dir_all(&a).unwrap();
     let fa = a.join("events.out.tfevents.1.host");
     append(&fa, &simple(0, 1_764_700_000.0, "loss", 1.0));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+    let child = Command::new(env!("CARGO_BIN_EXE_stepstream"))
         .args(["import", root.path().to_str().unwrap(), "--hub", &hub.ws()])
         .args(["--follow", "--poll-ms", "100"])
         .stderr(std::process::Stdio::piped())

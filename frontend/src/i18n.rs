@@ -85,6 +85,9 @@ pub enum Text {
     OnlyDiff,
     Key,
     Theme,
+    Embed,
+    EmbedHint,
+    EmbedFrame,
 }
 
 pub fn t(lang: Lang, text: Text) -> &'static str {
@@ -156,6 +159,12 @@ pub fn t(lang: Lang, text: Text) -> &'static str {
         (Lang::Zh, Png) => "PNG",
         (Lang::En, Csv) => "CSV",
         (Lang::Zh, Csv) => "CSV",
+        (Lang::En, Embed) => "Embed this chart",
+        (Lang::Zh, Embed) => "嵌入此图表",
+        (Lang::En, EmbedHint) => "Paste into any page. From another origin, start the hub with --allow-origin naming it; with read tokens, add data-token with one scoped to this run (stepstream token --run ID).",
+        (Lang::Zh, EmbedHint) => "粘贴到任意网页。跨源使用时，用 --allow-origin 允许该网页的源；启用读令牌时，加上只限此任务的 data-token（stepstream token --run ID）。",
+        (Lang::En, EmbedFrame) => "as an iframe",
+        (Lang::Zh, EmbedFrame) => "以 iframe 打开",
         (Lang::En, Config) => "Config",
         (Lang::Zh, Config) => "超参数",
         (Lang::En, Host) => "Host",

@@ -1,5 +1,6 @@
 //! What a run is: the run panel (config with nested keys flattened, host, rank and world
-//! size, job, framework, start, duration, status with its message, alerts, downloads), and
+//! size, job, framework, start, duration, status with its message, alerts, downloads, the
+//! embeddable widget's snippet), and
 //! for several selected runs a config table with the keys that differ highlighted.
 
 use crate::chart::scale::{clock, duration};
@@ -36,6 +37,38 @@ pub fn flatten(config: &Value) -> Vec<(String, String)> {
     out
 }
 
+/// The widget's snippet for a run (its loss, else its first metric) and its iframe URL, on
+/// the hub this page talks to. The page's own token is never put in: it may read everything.
+fn embed(run: &str, last_values: &[(String, f64)]) -> (String, String) {
+    let hub = match crate::fetch::api_base() {
+        b if b.is_empty() => web_sys::window()
+            .and_then(|w| w.location().origin().ok())
+            .unwrap_or_default(),
+        b => b,
+    };
+    let metric = last_values
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .find(|n| *n == "loss")
+        .or_else(|| {
+            last_values
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .find(|n| !n.starts_with("sys/"))
+        })
+        .unwrap_or("loss");
+    let snippet = format!(
+        "<div data-stepstream-run=\"{run}\" data-metric=\"{metric}\"></div>\n\
+         <script src=\"{hub}/embed.js\" async></script>"
+    );
+    let frame = format!(
+        "{hub}/embed?run={}&metric={}",
+        String::from(js_sys::encode_uri_component(run)),
+        String::from(js_sys::encode_uri_component(metric))
+    );
+    (snippet, frame)
+}
+
 #[component]
 pub fn RunPanel(ctx: Ctx) -> impl IntoView {
     let lang = ctx.lang;
@@ -55,6 +88,7 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
                 let cfg = api_url(&format!("/api/runs/{}/config.json", id.as_str()));
                 let color = css(color_of(id.as_str()));
                 let l = lang.get();
+                let (snippet, frame) = embed(id.as_str(), &r.last_values);
                 view! {
                     <div class="run-panel" data-testid="run-panel" data-run-id=id.to_string()>
                         <h3><span class="swatch" style=format!("background:{color}")></span>{r.name.clone()}
@@ -75,6 +109,12 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
                             <a class="csv" href=csv download="">{t(l, Text::Csv)}</a>" · "
                             <a class="config" href=cfg download="">"config.json"</a>
                         </p>
+                        <details class="embed" data-testid="embed">
+                            <summary>{t(l, Text::Embed)}</summary>
+                            <textarea readonly rows="3" data-field="snippet">{snippet}</textarea>
+                            <p class="hint">{t(l, Text::EmbedHint)}" "
+                                <a href=frame target="_blank" data-field="iframe">{t(l, Text::EmbedFrame)}</a></p>
+                        </details>
                         <table class="config" data-testid="config">
                             <thead><tr><th>{t(l, Text::Key)}</th><th>{t(l, Text::Config)}</th></tr></thead>
                             <tbody>{config.into_iter().map(|(k, v)| view! {
