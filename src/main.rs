@@ -440,18 +440,8 @@ fn tail_file(args: TailArgs) -> Result<()> {
     ctrlc_flag(flag);
 
     // A tail that resumes must know what the hub has, or it would send those rows twice.
-    let after_step = loop {
-        if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
-            break last;
-        }
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        eprintln!(
-            "stepstream tail: waiting for the hub at {} ({})",
-            args.hub,
-            collector.last_error().unwrap_or_default()
-        );
+    let Some(after_step) = hub_last_step(&collector, &args.hub, &stop, "tail") else {
+        return Ok(());
     };
     eprintln!(
         "stepstream tail: streaming {} as run {run_id}{}",
@@ -510,6 +500,28 @@ fn ctrlc_flag(flag: Arc<AtomicBool>) {
     });
 }
 
+/// Waits for the hub's welcome and returns its last step for the run (`Some(None)`: it has
+/// none); `None` when stopped first. Says every 2 s what it is waiting for.
+fn hub_last_step(
+    collector: &Collector,
+    hub: &str,
+    stop: &AtomicBool,
+    who: &str,
+) -> Option<Option<i64>> {
+    loop {
+        if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
+            return Some(last);
+        }
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        eprintln!(
+            "stepstream {who}: waiting for the hub at {hub} ({})",
+            collector.last_error().unwrap_or_default()
+        );
+    }
+}
+
 /// `stepstream import`: each directory of event files to a run, incrementally.
 fn import_dir(args: ImportArgs) -> Result<()> {
     use stepstream_collector::tensorboard::{discover, RunDir};
@@ -541,18 +553,8 @@ fn import_dir(args: ImportArgs) -> Result<()> {
             options.framework = "tensorboard import".into();
             options.ca_file = args.ca_file.clone();
             let collector = Collector::start(options)?;
-            let after = loop {
-                if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
-                    break last;
-                }
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                eprintln!(
-                    "stepstream import: waiting for the hub at {} ({})",
-                    args.hub,
-                    collector.last_error().unwrap_or_default()
-                );
+            let Some(after) = hub_last_step(&collector, &args.hub, &stop, "import") else {
+                return Ok(());
             };
             eprintln!(
                 "stepstream import: {} as run {run_id}{}",

@@ -88,3 +88,32 @@ class Lazy:
 
 def finite(x: Any) -> bool:
     return isinstance(x, float) and math.isfinite(x)
+
+
+class Batches:
+    """The per-batch bookkeeping a fit-loop callback shares (Keras, Paddle's hapi): the lr
+    read at batch begin (the one this step applies), a global step, the epoch, step time."""
+
+    def __init__(self, lazy: Lazy, lr_name: str):
+        self.lazy = lazy
+        self.lr_name = lr_name
+        self.clock = Throughput()
+        self.lr: Optional[Any] = None
+        self.epoch = 0
+        self.global_step = 0
+
+    def begin(self, lr: Any) -> None:
+        self.lr = scalar(lr) if lr is not None else None
+
+    def end(self, logs: Optional[Mapping[str, Any]]) -> None:
+        values = numeric(logs)
+        values.update(self.clock.step())
+        if self.lr is not None:
+            values[self.lr_name] = self.lr
+        values["epoch"] = float(self.epoch)
+        self.lazy.log(values, self.global_step)
+        self.global_step += 1
+
+    def evaluated(self, values: Mapping[str, Any]) -> None:
+        """Evaluation results, at the last training step done."""
+        self.lazy.log(values, max(self.global_step - 1, 0))

@@ -11,11 +11,11 @@ metrics (``val_*``) at the last step. The run's config is the model's and the op
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import keras
 
-from ._events import Lazy, Throughput, numeric, scalar
+from ._events import Batches, Lazy, numeric
 
 __all__ = ["StepStreamCallback"]
 
@@ -25,10 +25,11 @@ class StepStreamCallback(keras.callbacks.Callback):
         """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
         super().__init__()
         self._lazy = Lazy(init_kwargs.pop("framework", f"keras-{keras.backend.backend()}"), init_kwargs)
-        self._clock = Throughput()
-        self._lr: Optional[Any] = None
-        self._epoch = 0
-        self.global_step = 0
+        self._batches = Batches(self._lazy, "learning_rate")
+
+    @property
+    def global_step(self) -> int:
+        return self._batches.global_step
 
     @property
     def run(self):
@@ -45,25 +46,17 @@ class StepStreamCallback(keras.callbacks.Callback):
         self._lazy.start(config=config, name=getattr(self.model, "name", None))
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
+        self._batches.epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
         opt = getattr(self.model, "optimizer", None)
-        if opt is not None:
-            self._lr = scalar(opt.learning_rate)
+        self._batches.begin(opt.learning_rate if opt is not None else None)
 
     def on_train_batch_end(self, batch, logs=None):
-        values = numeric(logs)
-        values.update(self._clock.step())
-        if self._lr is not None:
-            values["learning_rate"] = self._lr
-        values["epoch"] = float(self._epoch)
-        self._lazy.log(values, self.global_step)
-        self.global_step += 1
+        self._batches.end(logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        values = {k: v for k, v in numeric(logs).items() if k.startswith("val_")}
-        self._lazy.log(values, max(self.global_step - 1, 0))
+        self._batches.evaluated({k: v for k, v in numeric(logs).items() if k.startswith("val_")})
 
     def on_train_end(self, logs=None):
         self._lazy.finish("finished")

@@ -183,6 +183,7 @@ class StepStreamCallback(Callback):
         self.perplexity = perplexity
         self.lr_every = max(1, int(lr_every))
         self._lr_reader = None
+        self._batch: Optional[int] = None
         # A schedule's values for global steps [_chunk_start, _chunk_start + len(_chunk)).
         self._chunk = None
         self._chunk_start = 0
@@ -333,7 +334,7 @@ class StepStreamCallback(Callback):
             rec["step_time"] = step_time
             if self._last_end is not None and self._step_begin is not None:
                 rec["data_wait"] = max(self._step_begin - self._last_end, 0.0)
-            batch = self._batch_size(p)
+            batch = self._batch_size(p, step)
             if batch is not None:
                 rec["batch_size"] = batch
                 rec["empty_batch"] = 1.0 if batch == 0 else 0.0
@@ -346,15 +347,22 @@ class StepStreamCallback(Callback):
         self.run.log(rec, step=step)
         self._last_end = time.perf_counter()
 
-    @staticmethod
-    def _batch_size(p) -> Optional[int]:
+    def _batch_size(self, p, step: int) -> Optional[int]:
+        # A batch's shape costs ~10 us to read; only an epoch's first and last batches can
+        # differ from the ones before them (a short last batch), so read just those.
+        per_epoch = p.get("batch_num") if hasattr(p, "get") else None
+        if per_epoch and self._batch is not None:
+            in_epoch = (step - 1) % per_epoch + 1
+            if 1 < in_epoch < per_epoch:
+                return self._batch
         element = p.get("train_dataset_element") if hasattr(p, "get") else None
+        self._batch = None
         if element:
             first = element[0] if isinstance(element, (list, tuple)) else element
             shape = getattr(first, "shape", None)
             if shape:
-                return int(shape[0])
-        return None
+                self._batch = int(shape[0])
+        return self._batch
 
     def on_train_end(self, run_context):
         if self.run is not None:

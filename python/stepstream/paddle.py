@@ -11,11 +11,11 @@ were computed. Only rank 0 reports unless ``all_ranks=True``.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import paddle
 
-from ._events import Lazy, Throughput, numeric, scalar
+from ._events import Batches, Lazy, numeric
 
 __all__ = ["StepStreamCallback"]
 
@@ -25,10 +25,11 @@ class StepStreamCallback(paddle.callbacks.Callback):
         """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
         super().__init__()
         self._lazy = Lazy(init_kwargs.pop("framework", "paddle"), init_kwargs)
-        self._clock = Throughput()
-        self._lr: Optional[Any] = None
-        self._epoch = 0
-        self.global_step = 0
+        self._batches = Batches(self._lazy, "lr")
+
+    @property
+    def global_step(self) -> int:
+        return self._batches.global_step
 
     @property
     def run(self):
@@ -39,26 +40,17 @@ class StepStreamCallback(paddle.callbacks.Callback):
         self._lazy.start(config={"fit": params})
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
+        self._batches.epoch = epoch
 
     def on_train_batch_begin(self, step, logs=None):
         opt = getattr(self.model, "_optimizer", None)
-        if opt is not None:
-            self._lr = scalar(opt.get_lr())
+        self._batches.begin(opt.get_lr() if opt is not None else None)
 
     def on_train_batch_end(self, step, logs=None):
-        values = numeric(logs)
-        values.update(self._clock.step())
-        if self._lr is not None:
-            values["lr"] = self._lr
-        values["epoch"] = float(self._epoch)
-        self._lazy.log(values, self.global_step)
-        self.global_step += 1
+        self._batches.end(logs)
 
     def on_eval_end(self, logs=None):
-        values = {f"eval_{k}": v for k, v in numeric(logs, skip=("batch_size",)).items()}
-        # At the last training step done.
-        self._lazy.log(values, max(self.global_step - 1, 0))
+        self._batches.evaluated({f"eval_{k}": v for k, v in numeric(logs, skip=("batch_size",)).items()})
 
     def on_train_end(self, logs=None):
         self._lazy.finish("finished")
