@@ -64,6 +64,10 @@ pub struct Wanted {
     /// A subscription was sent on the current socket.
     pub subscribed: bool,
     pub probe: Option<Probe>,
+    /// Resubscribed on the same socket: frames of the replaced subscription may still be in
+    /// flight. Every subscription starts with a `Metrics` frame, so points are taken again
+    /// from the next one on.
+    awaiting_intro: bool,
 }
 
 pub struct Connection {
@@ -197,6 +201,7 @@ impl Connection {
                 // The history of the new metrics is needed: start this run over.
                 w.data = RunData::default();
                 w.subscribed = false;
+                w.awaiting_intro = true;
             }
         }
         self.sync();
@@ -296,6 +301,8 @@ impl Connection {
             Link::Lost { .. } | Link::Failed { .. } => {
                 for w in self.runs.values_mut() {
                     w.subscribed = false;
+                    // A new socket carries nothing of the old one's subscriptions.
+                    w.awaiting_intro = false;
                     if w.probe == Some(Probe::Pending) {
                         w.probe = None;
                     }
@@ -341,11 +348,12 @@ impl Connection {
             }
             ToViewer::Metrics(m) => {
                 if let Some(w) = self.runs.get_mut(&m.run_id) {
+                    w.awaiting_intro = false;
                     w.data.define(&m.metrics);
                 }
             }
             ToViewer::Backfill(b) => {
-                if let Some(w) = self.runs.get_mut(&b.run_id) {
+                if let Some(w) = self.runs.get_mut(&b.run_id).filter(|w| !w.awaiting_intro) {
                     w.data.backfill(&b);
                 }
                 if !self.live && self.runs.values().all(|w| w.data.backfilled) {
@@ -358,12 +366,12 @@ impl Connection {
                 }
             }
             ToViewer::Live(l) => {
-                if let Some(w) = self.runs.get_mut(&l.run_id) {
+                if let Some(w) = self.runs.get_mut(&l.run_id).filter(|w| !w.awaiting_intro) {
                     w.data.live(&l, js_sys::Date::now());
                 }
             }
             ToViewer::Alert(a) => {
-                if let Some(w) = self.runs.get_mut(&a.run_id) {
+                if let Some(w) = self.runs.get_mut(&a.run_id).filter(|w| !w.awaiting_intro) {
                     w.data.alert(a);
                 }
             }
