@@ -293,6 +293,22 @@ fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others
     );
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(token.len() >= 40, "{token}");
+    // A tokens file it creates is the owner's alone; a scope is required.
+    let fresh = dir.path().join("new-tokens.toml");
+    let made = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args(["token", "--tokens", fresh.to_str().unwrap(), "--run", "r1"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let unscoped = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args(["token", "--tokens", fresh.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!unscoped.status.success());
+    assert!(String::from_utf8_lossy(&unscoped.stderr).contains("--project"));
     wait_for(
         "the hub to take the new token",
         Duration::from_secs(10),
