@@ -4,8 +4,6 @@
 
 use crate::browser::Browser;
 use crate::util::*;
-use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use stepstream_collector::{Collector, Options, Outcome, Report};
@@ -368,14 +366,14 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
         c["state"] == "live" && c["drawn"].as_u64() > Some(0)
     });
     assert!(drawn[0]["ink"].as_u64() > Some(50));
-    let (status, headers, _) = request(&hub.addr(), "GET", &path, &[]);
+    let (status, headers, _) = http_request(&hub.addr(), "GET", &path, &[]);
     assert_eq!(status, 200);
     assert_eq!(
         headers["content-security-policy"],
         format!("frame-ancestors 'self' {}", site.origin())
     );
     // The web app itself may be framed by nobody else.
-    let (_, headers, _) = request(&hub.addr(), "GET", "/", &[]);
+    let (_, headers, _) = http_request(&hub.addr(), "GET", "/", &[]);
     assert_eq!(headers["content-security-policy"], "frame-ancestors 'self'");
 
     // Not live: the history once, then no more points, and the box says so.
@@ -416,46 +414,10 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
     });
 }
 
-/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
-fn request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (u16, HashMap<String, String>, Vec<u8>) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut map = HashMap::new();
-    for line in lines {
-        if let Some((k, v)) = line.split_once(':') {
-            map.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    (status, map, raw[end + 4..].to_vec())
-}
-
 #[test]
 fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_list() {
     let hub = Hub::start(&["--allow-origin", "https://wiki.example"]);
-    let (status, h, js) = request(&hub.addr(), "GET", "/embed.js", &[]);
+    let (status, h, js) = http_request(&hub.addr(), "GET", "/embed.js", &[]);
     assert_eq!(status, 200);
     assert_eq!(h["access-control-allow-origin"], "*");
     assert_eq!(h["cache-control"], "no-cache");
@@ -463,7 +425,7 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     let at = js.find("embed-").expect("the loader names the wasm");
     let wasm = &js[at..at + "embed-".len() + 12 + ".wasm".len()];
     // Revalidation: the same entity tag is not sent again.
-    let (status, _, body) = request(
+    let (status, _, body) = http_request(
         &hub.addr(),
         "GET",
         "/embed.js",
@@ -471,18 +433,18 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert!(status == 304 && body.is_empty());
     // Compressed as the browser accepts; the hashed wasm is kept for a year.
-    let (_, raw, raw_body) = request(&hub.addr(), "GET", &format!("/{wasm}"), &[]);
+    let (_, raw, raw_body) = http_request(&hub.addr(), "GET", &format!("/{wasm}"), &[]);
     assert!(!raw.contains_key("content-encoding"));
     assert_eq!(raw["content-type"], "application/wasm");
     assert!(raw["cache-control"].contains("immutable"));
-    let (_, gz, gz_body) = request(
+    let (_, gz, gz_body) = http_request(
         &hub.addr(),
         "GET",
         &format!("/{wasm}"),
         &[("Accept-Encoding", "gzip")],
     );
     assert_eq!(gz["content-encoding"], "gzip");
-    let (_, br, br_body) = request(
+    let (_, br, br_body) = http_request(
         &hub.addr(),
         "GET",
         &format!("/{wasm}"),
@@ -503,7 +465,7 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
 
     // Using the hub is not: an allowed origin gets CORS headers and its preflight answered,
     // another a refusal it can read, and nothing else.
-    let (status, h, _) = request(
+    let (status, h, _) = http_request(
         &hub.addr(),
         "GET",
         "/api/runs",
@@ -511,7 +473,7 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert_eq!(status, 200);
     assert_eq!(h["access-control-allow-origin"], "https://wiki.example");
-    let (status, h, _) = request(
+    let (status, h, _) = http_request(
         &hub.addr(),
         "OPTIONS",
         "/api/runs",
@@ -523,7 +485,7 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert_eq!(status, 204);
     assert_eq!(h["access-control-allow-headers"], "authorization");
-    let (status, h, body) = request(
+    let (status, h, body) = http_request(
         &hub.addr(),
         "GET",
         "/api/runs",

@@ -538,3 +538,40 @@ pub fn http_status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bo
     s.read_exact(&mut head).unwrap();
     std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
 }
+
+/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
+pub fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, std::collections::HashMap<String, String>, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut map = std::collections::HashMap::new();
+    for line in lines {
+        if let Some((k, v)) = line.split_once(':') {
+            map.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    (status, map, raw[end + 4..].to_vec())
+}

@@ -117,3 +117,18 @@ class Batches:
     def evaluated(self, values: Mapping[str, Any]) -> None:
         """Evaluation results, at the last training step done."""
         self.lazy.log(values, max(self.global_step - 1, 0))
+
+
+class FitLoop:
+    """What the fit-loop callbacks expose alike (mixed in before the framework's class)."""
+
+    _lazy: Lazy
+    _batches: Batches
+
+    @property
+    def global_step(self) -> int:
+        return self._batches.global_step
+
+    @property
+    def run(self):
+        return self._lazy.run

@@ -15,25 +15,17 @@ from typing import Any
 
 import paddle
 
-from ._events import Batches, Lazy, numeric
+from ._events import Batches, FitLoop, Lazy, numeric
 
 __all__ = ["StepStreamCallback"]
 
 
-class StepStreamCallback(paddle.callbacks.Callback):
+class StepStreamCallback(FitLoop, paddle.callbacks.Callback):
     def __init__(self, **init_kwargs: Any):
         """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
         super().__init__()
         self._lazy = Lazy(init_kwargs.pop("framework", "paddle"), init_kwargs)
         self._batches = Batches(self._lazy, "lr")
-
-    @property
-    def global_step(self) -> int:
-        return self._batches.global_step
-
-    @property
-    def run(self):
-        return self._lazy.run
 
     def on_train_begin(self, logs=None):
         params = {k: v for k, v in (self.params or {}).items() if isinstance(v, (int, float, str, bool, list))}
