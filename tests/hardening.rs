@@ -260,7 +260,9 @@ fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
         raw_subscribe(&mut s, &hub, &id);
         stuck.push(s);
     }
-    std::thread::sleep(Duration::from_secs(3));
+    // They fill their queues (a few seconds of reading on two cores), then stall: from then
+    // on the hub is idle however long they stay, and answers everyone else at once.
+    wait_until_idle(pid, Duration::from_secs(30));
     let t = Instant::now();
     let list = hub.get("/api/runs");
     assert_eq!(list.status, 200);
@@ -279,6 +281,34 @@ fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
         "hub memory grew {grown:.0} MB for 40 stuck viewers"
     );
     drop(stuck);
+}
+
+/// CPU ticks (user + system) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name's closing parenthesis: state is field 3; utime, stime 14, 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Waits (at most `limit`) until the process used under a tenth of a core for half a second:
+/// its stuck clients have stopped costing it anything.
+fn wait_until_idle(pid: u32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let before = cpu_ticks(pid);
+        std::thread::sleep(Duration::from_millis(500));
+        // 100 ticks per second: 5 ticks in 0.5 s is a tenth of a core.
+        let used = cpu_ticks(pid) - before;
+        assert!(
+            Instant::now() < deadline,
+            "the hub stays busy: {used} ticks per 0.5 s"
+        );
+        if used < 5 {
+            return;
+        }
+    }
 }
 
 fn rss_mb(pid: u32) -> f64 {
