@@ -243,19 +243,8 @@ fn a_page_from_an_origin_not_allowed_is_refused_and_the_hub_logs_why() {
 #[test]
 fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others() {
     let site = StaticSite::start();
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    std::fs::write(&tokens, "").unwrap();
-    let hub = Hub::start(&[
-        "--write-token",
-        "w",
-        "--read-token",
-        "r",
-        "--tokens",
-        tokens.to_str().unwrap(),
-        "--allow-origin",
-        &site.origin(),
-    ]);
+    let hub = Hub::start_with_tokens("", &["--allow-origin", &site.origin()]);
+    let tokens = hub.tokens_file();
     let (a, _ta) = stream(
         &hub,
         "vision",
@@ -292,7 +281,7 @@ fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(token.len() >= 40, "{token}");
     // A tokens file it creates is the owner's alone; a scope is required.
-    let fresh = dir.path().join("new-tokens.toml");
+    let fresh = hub.dir.path().join("new-tokens.toml");
     let made = Command::new(env!("CARGO_BIN_EXE_stepstream"))
         .args(["token", "--tokens", fresh.to_str().unwrap(), "--run", "r1"])
         .output()
@@ -366,15 +355,18 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
         c["state"] == "live" && c["drawn"].as_u64() > Some(0)
     });
     assert!(drawn[0]["ink"].as_u64() > Some(50));
-    let (status, headers, _) = http_request(&hub.addr(), "GET", &path, &[]);
-    assert_eq!(status, 200);
+    let page_response = http_request(&hub.addr(), "GET", &path, &[]);
+    assert_eq!(page_response.status, 200);
     assert_eq!(
-        headers["content-security-policy"],
+        page_response.headers["content-security-policy"],
         format!("frame-ancestors 'self' {}", site.origin())
     );
     // The web app itself may be framed by nobody else.
-    let (_, headers, _) = http_request(&hub.addr(), "GET", "/", &[]);
-    assert_eq!(headers["content-security-policy"], "frame-ancestors 'self'");
+    let app = http_request(&hub.addr(), "GET", "/", &[]);
+    assert_eq!(
+        app.headers["content-security-policy"],
+        "frame-ancestors 'self'"
+    );
 
     // Not live: the history once, then no more points, and the box says so.
     page.navigate(&format!("http://{}/embed?run={a}&live=false", hub.addr()));
@@ -417,7 +409,11 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
 #[test]
 fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_list() {
     let hub = Hub::start(&["--allow-origin", "https://wiki.example"]);
-    let (status, h, js) = http_request(&hub.addr(), "GET", "/embed.js", &[]);
+    let Response {
+        status,
+        headers: h,
+        body: js,
+    } = http_request(&hub.addr(), "GET", "/embed.js", &[]);
     assert_eq!(status, 200);
     assert_eq!(h["access-control-allow-origin"], "*");
     assert_eq!(h["cache-control"], "no-cache");
@@ -425,7 +421,11 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     let at = js.find("embed-").expect("the loader names the wasm");
     let wasm = &js[at..at + "embed-".len() + 12 + ".wasm".len()];
     // Revalidation: the same entity tag is not sent again.
-    let (status, _, body) = http_request(
+    let Response {
+        status,
+        headers: _,
+        body,
+    } = http_request(
         &hub.addr(),
         "GET",
         "/embed.js",
@@ -433,18 +433,30 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert!(status == 304 && body.is_empty());
     // Compressed as the browser accepts; the hashed wasm is kept for a year.
-    let (_, raw, raw_body) = http_request(&hub.addr(), "GET", &format!("/{wasm}"), &[]);
+    let Response {
+        status: _,
+        headers: raw,
+        body: raw_body,
+    } = http_request(&hub.addr(), "GET", &format!("/{wasm}"), &[]);
     assert!(!raw.contains_key("content-encoding"));
     assert_eq!(raw["content-type"], "application/wasm");
     assert!(raw["cache-control"].contains("immutable"));
-    let (_, gz, gz_body) = http_request(
+    let Response {
+        status: _,
+        headers: gz,
+        body: gz_body,
+    } = http_request(
         &hub.addr(),
         "GET",
         &format!("/{wasm}"),
         &[("Accept-Encoding", "gzip")],
     );
     assert_eq!(gz["content-encoding"], "gzip");
-    let (_, br, br_body) = http_request(
+    let Response {
+        status: _,
+        headers: br,
+        body: br_body,
+    } = http_request(
         &hub.addr(),
         "GET",
         &format!("/{wasm}"),
@@ -465,7 +477,11 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
 
     // Using the hub is not: an allowed origin gets CORS headers and its preflight answered,
     // another a refusal it can read, and nothing else.
-    let (status, h, _) = http_request(
+    let Response {
+        status,
+        headers: h,
+        body: _,
+    } = http_request(
         &hub.addr(),
         "GET",
         "/api/runs",
@@ -473,7 +489,11 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert_eq!(status, 200);
     assert_eq!(h["access-control-allow-origin"], "https://wiki.example");
-    let (status, h, _) = http_request(
+    let Response {
+        status,
+        headers: h,
+        body: _,
+    } = http_request(
         &hub.addr(),
         "OPTIONS",
         "/api/runs",
@@ -485,7 +505,11 @@ fn widget_files_are_public_compressed_and_cached_and_the_api_follows_the_allow_l
     );
     assert_eq!(status, 204);
     assert_eq!(h["access-control-allow-headers"], "authorization");
-    let (status, h, body) = http_request(
+    let Response {
+        status,
+        headers: h,
+        body,
+    } = http_request(
         &hub.addr(),
         "GET",
         "/api/runs",

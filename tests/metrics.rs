@@ -17,21 +17,10 @@ fn stream(hub: &Hub, project: &str, name: &str, steps: i64) -> String {
 
 #[test]
 fn metrics_for_prometheus_are_guarded_and_scoped() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    std::fs::write(
-        &tokens,
+    let hub = Hub::start_with_tokens(
         "[[tokens]]\ntoken = \"nlp\"\naccess = \"read\"\nprojects = [\"nlp\"]\n",
-    )
-    .unwrap();
-    let hub = Hub::start(&[
-        "--write-token",
-        "w",
-        "--read-token",
-        "r",
-        "--tokens",
-        tokens.to_str().unwrap(),
-    ]);
+        &[],
+    );
     let vision = stream(&hub, "vision", "resnet", 40);
     let nlp = stream(&hub, "nlp", "bert", 10);
     assert_eq!(http_get(&hub.addr(), "/metrics", None).status, 401);

@@ -2,7 +2,6 @@
 //! issue; tokens are in `hub.rs`).
 
 use crate::util::*;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -50,8 +49,17 @@ fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_
         );
     }
     // The refusal says why.
-    let r = http_get_with(&addr, "/api/runs", &[("Origin", "http://evil.example")]);
-    assert!(r.contains("403") && r.contains("allow-origin"), "{r}");
+    let r = http_request(
+        &addr,
+        "GET",
+        "/api/runs",
+        &[("Origin", "http://evil.example")],
+    );
+    assert!(
+        r.status == 403 && r.text().contains("allow-origin"),
+        "{}",
+        r.text()
+    );
 }
 
 #[test]
@@ -74,21 +82,6 @@ fn a_foreign_host_is_refused_and_the_hubs_names_are_served() {
         let ws = http_status(&addr, "/ws/viewer", &[("Host", &host)], true);
         assert_eq!(ws == 101, ok, "Host {host} on the viewer socket: {ws}");
     }
-}
-
-/// The raw response head and body of a GET with extra headers.
-fn http_get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]
@@ -285,23 +278,12 @@ fn tokens_can_come_from_files_and_stay_out_of_the_command_line() {
 fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
     use stepstream_collector::{Collector, Options, Outcome};
     use stepstream_protocol::*;
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    std::fs::write(
-        &tokens,
+    let hub = Hub::start_with_tokens(
         "[[tokens]]\ntoken = \"vision-writer\"\naccess = \"write\"\nprojects = [\"vision\"]\n\
          [[tokens]]\ntoken = \"nlp-reader\"\naccess = \"read\"\nprojects = [\"nlp\"]\n\
          [[tokens]]\ntoken = \"one-run\"\naccess = \"read\"\nruns = [\"the-run\"]\n",
-    )
-    .unwrap();
-    let hub = Hub::start(&[
-        "--write-token",
-        "w",
-        "--read-token",
-        "r",
-        "--tokens",
-        tokens.to_str().unwrap(),
-    ]);
+        &[],
+    );
     let write = |token: &str, project: &str, id: &str| {
         let mut o = Options::new(&hub.ws(), project, id);
         o.token = Some(token.into());

@@ -70,6 +70,31 @@ impl Hub {
         Hub::start_on(free_port(), extra)
     }
 
+    /// A hub guarding writes and reads (tokens `w` and `r`) whose tokens file
+    /// ([`Hub::tokens_file`]) holds `scoped`.
+    pub fn start_with_tokens(scoped: &str, extra: &[&str]) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.toml");
+        std::fs::write(&tokens, scoped).unwrap();
+        let tokens = tokens.to_str().unwrap().to_string();
+        let mut args = vec![
+            "--write-token",
+            "w",
+            "--read-token",
+            "r",
+            "--tokens",
+            &tokens,
+        ];
+        args.extend_from_slice(extra);
+        let db = dir.path().join("hub.db");
+        Hub::start_with(free_port(), db, dir, &args)
+    }
+
+    /// The tokens file of [`Hub::start_with_tokens`].
+    pub fn tokens_file(&self) -> PathBuf {
+        self.dir.path().join("tokens.toml")
+    }
+
     /// On a given port (one a collector was already told to use).
     pub fn start_on(port: u16, extra: &[&str]) -> Hub {
         let dir = tempfile::tempdir().unwrap();
@@ -181,14 +206,21 @@ impl Response {
 
 /// HTTP/1.1 GET with `Connection: close`; decodes chunked bodies.
 pub fn http_get(addr: &str, path: &str, bearer: Option<&str>) -> Response {
+    let auth = bearer.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    http_request(addr, "GET", path, &headers)
+}
+
+/// One HTTP/1.1 request with `Connection: close` and these headers; decodes chunked bodies.
+pub fn http_request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let split = raw
@@ -537,41 +569,4 @@ pub fn http_status(addr: &str, path: &str, headers: &[(&str, &str)], upgrade: bo
     let mut head = [0u8; 12];
     s.read_exact(&mut head).unwrap();
     std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
-}
-
-/// One HTTP/1.1 request; the status, the headers (lower-case names) and the body.
-pub fn http_request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> (u16, std::collections::HashMap<String, String>, Vec<u8>) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut map = std::collections::HashMap::new();
-    for line in lines {
-        if let Some((k, v)) = line.split_once(':') {
-            map.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    (status, map, raw[end + 4..].to_vec())
 }
