@@ -67,9 +67,10 @@ pub struct ImportArgs {
     ca_file: Option<PathBuf>,
 }
 
-/// A run id from the host and the file's absolute path, so the same file always maps to the
-/// same run, and two containers tailing the same path (`/workspace/metrics.csv`) do not.
-fn run_id_for(path: &std::path::Path, host: &str) -> Result<RunId> {
+/// A run id (`KIND-STEM-HASH`) from the host and the absolute path, so the same file or
+/// directory always maps to the same run, and two containers tailing the same path
+/// (`/workspace/metrics.csv`) do not.
+fn run_id_for(kind: &str, path: &std::path::Path, host: &str) -> Result<RunId> {
     let abs =
         std::fs::canonicalize(path).with_context(|| format!("cannot open {}", path.display()))?;
     // FNV-1a: stable across builds and platforms, unlike std's hasher.
@@ -92,13 +93,13 @@ fn run_id_for(path: &std::path::Path, host: &str) -> Result<RunId> {
         })
         .take(40)
         .collect();
-    Ok(RunId::new(format!("tail-{stem}-{:016x}", h))?)
+    Ok(RunId::new(format!("{kind}-{stem}-{:016x}", h))?)
 }
 
 pub fn tail_file(args: TailArgs) -> Result<()> {
     let run_id = match &args.run_id {
         Some(id) => RunId::new(id.clone())?,
-        None => run_id_for(&args.file, &stepstream_collector::hostname())?,
+        None => run_id_for("tail", &args.file, &stepstream_collector::hostname())?,
     };
     let config_json = match &args.config {
         Some(p) => std::fs::read_to_string(p)
@@ -142,7 +143,7 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
         args.file.display(),
         after_step.map_or(String::new(), |s| format!(", resuming after step {s}"))
     );
-    let report = tail::tail_format(
+    let report = tail::tail(
         &args.file,
         format,
         &collector,
@@ -239,8 +240,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
                     .file_name()
                     .map_or("tensorboard".into(), |n| n.to_string_lossy().into_owned()),
             };
-            let run_id = run_id_for(&dir, &host)?;
-            let run_id = RunId::new(run_id.as_str().replacen("tail-", "tb-", 1))?;
+            let run_id = run_id_for("tb", &dir, &host)?;
             let mut options = Options::new(&args.hub, &args.project, &name);
             options.token = args.token.clone();
             options.run_id = Some(run_id.clone());
@@ -314,9 +314,9 @@ mod tests {
     #[test]
     fn tail_run_ids_differ_by_host_for_the_same_path() {
         let file = tempfile::NamedTempFile::new().unwrap();
-        let a = run_id_for(file.path(), "container-a").unwrap();
-        let b = run_id_for(file.path(), "container-b").unwrap();
+        let a = run_id_for("tail", file.path(), "container-a").unwrap();
+        let b = run_id_for("tail", file.path(), "container-b").unwrap();
         assert_ne!(a, b);
-        assert_eq!(a, run_id_for(file.path(), "container-a").unwrap());
+        assert_eq!(a, run_id_for("tail", file.path(), "container-a").unwrap());
     }
 }

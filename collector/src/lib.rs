@@ -378,6 +378,11 @@ impl Collector {
     /// Callers that log the same names every step keep the id and use [`Collector::log_ids_at`].
     pub fn metric_id(&self, name: &str) -> Option<MetricId> {
         let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        self.id_in(&mut names, name)
+    }
+
+    /// [`Collector::metric_id`] with the name table already locked.
+    fn id_in(&self, names: &mut HashMap<String, MetricId>, name: &str) -> Option<MetricId> {
         if let Some(&id) = names.get(name) {
             return Some(id);
         }
@@ -403,12 +408,16 @@ impl Collector {
 
     fn send_record(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)], archive: bool) {
         let mut values = Vec::with_capacity(metrics.len());
-        for &(name, value) in metrics {
-            match self.metric_id(name) {
-                Some(id) => values.push((id, value)),
-                None => {
-                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                    return;
+        {
+            // One lock for the record's names, not one per name.
+            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            for &(name, value) in metrics {
+                match self.id_in(&mut names, name) {
+                    Some(id) => values.push((id, value)),
+                    None => {
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
                 }
             }
         }

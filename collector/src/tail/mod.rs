@@ -201,18 +201,6 @@ pub enum Format {
     MindFormers,
 }
 
-/// [`tail_format`] of a CSV.
-pub fn tail(
-    path: &Path,
-    collector: &Collector,
-    after_step: Option<i64>,
-    follow: bool,
-    poll: Duration,
-    stop: &AtomicBool,
-) -> Result<TailReport, TailError> {
-    tail_format(path, Format::Csv, collector, after_step, follow, poll, stop)
-}
-
 /// Streams `path` into `collector`: the rows after `after_step` (the hub's last step, for a
 /// resumed tail), then, when `follow`, every row appended later until `stop` is set. Bad rows
 /// are reported on stderr and skipped.
@@ -222,7 +210,7 @@ pub fn tail(
 /// tail already sent are skipped, while it catches up. Like `tail -F`, a file truncated in
 /// place is read again from its start, and a file replaced under the same path (rotated)
 /// is followed to the new one once the old one is read to its end.
-pub fn tail_format(
+pub fn tail(
     path: &Path,
     format: Format,
     collector: &Collector,
