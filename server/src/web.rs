@@ -34,9 +34,14 @@ fn content_type(name: &str) -> &'static str {
     }
 }
 
+/// The widget's wasm, named by its hash: it never changes under that name.
+fn is_hashed(path: &str) -> bool {
+    path.starts_with("/embed-") && path.ends_with(".wasm")
+}
+
 /// The widget's files, which any page may load.
 pub fn is_public(path: &str) -> bool {
-    path == "/embed.js" || (path.starts_with("/embed-") && path.ends_with(".wasm"))
+    path == "/embed.js" || is_hashed(path)
 }
 
 fn lookup(name: &str) -> Option<(&'static [u8], &'static str)> {
@@ -72,7 +77,7 @@ fn file(name: &str, request: &HeaderMap) -> Option<Response> {
         }
     }
     let path = format!("/{name}");
-    let cache = if path.starts_with("/embed-") && path.ends_with(".wasm") {
+    let cache = if is_hashed(&path) {
         "public, max-age=31536000, immutable"
     } else {
         "no-cache"
