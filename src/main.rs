@@ -66,6 +66,14 @@ struct ServeArgs {
     /// SQLite database file (created if missing).
     #[arg(long, default_value = "stepstream-data/hub.db", env = "STEPSTREAM_DB")]
     db: PathBuf,
+    /// Keep everything in PostgreSQL instead (`postgres://user@host/db`), which several hubs
+    /// can share; `--db` is then unused. The schema is created and migrated on start.
+    #[arg(long, env = "STEPSTREAM_STORE", hide_env_values = true)]
+    store: Option<String>,
+    /// Join the hubs sharing `--store` through this NATS server (`nats://host:4222`): a
+    /// viewer on any hub sees every run, and one hub judges each run.
+    #[arg(long, env = "STEPSTREAM_NATS", requires = "store")]
+    nats: Option<String>,
     /// Seconds without data or heartbeat after which a running run is stale.
     #[arg(long, default_value_t = 30.0)]
     stale_after: f64,
@@ -181,9 +189,17 @@ fn serve(args: ServeArgs) -> Result<()> {
     for spec in &args.limits {
         limits.set(spec).map_err(anyhow::Error::msg)?;
     }
+    if let Some(url) = &args.store {
+        anyhow::ensure!(
+            url.starts_with("postgres://") || url.starts_with("postgresql://"),
+            "--store takes a postgres:// URL (without it the hub keeps SQLite at --db)"
+        );
+    }
     let settings = Settings {
         bind: args.bind,
         db: args.db,
+        store: args.store,
+        nats: args.nats,
         policy: StatusPolicy {
             stale_after: seconds("--stale-after", args.stale_after)?,
             fail_after: if args.fail_after == 0.0 {
@@ -254,6 +270,8 @@ fn run_demo(args: DemoArgs) -> Result<()> {
     let settings = Settings {
         bind: args.bind,
         db: args.db,
+        store: None,
+        nats: None,
         policy: StatusPolicy {
             stale_after: Duration::from_secs(30),
             fail_after: Some(Duration::from_secs(600)),

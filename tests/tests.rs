@@ -1,6 +1,7 @@
 //! End-to-end tests: each drives the real `stepstream` binary over real sockets.
 //!
 //! * `bench_web` — browser benchmarks (ignored; numbers printed).
+//! * `cluster` — three hubs on PostgreSQL and NATS behind nginx: one dies, nothing is lost.
 //! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
@@ -18,6 +19,7 @@
 mod bench_web;
 mod browser;
 mod charts;
+mod cluster;
 mod demo;
 mod docs;
 mod embed;

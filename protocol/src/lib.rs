@@ -3,7 +3,7 @@
 //!
 //! # Envelope
 //! Each WebSocket binary message is one frame: `"SS" | version u8 | kind u8 | payload`
-//! (see [`codec`]). The kind byte names the payload struct; kinds are unique across all four
+//! (see [`codec`]). The kind byte names the payload struct; kinds are unique across all five
 //! directions, so a frame sent the wrong way is refused with a clear error.
 //!
 //! # Conversations
@@ -21,6 +21,10 @@
 //!   then [`Live`] batches with higher sequence numbers only, [`StatusChange`],
 //!   [`Alert`]s (the run's stored ones first, then live), and [`Resync`] when a slow viewer
 //!   was caught up from storage.
+//! * Hub → hub ([`ToPeer`], only when several hubs share a PostgreSQL store and a NATS
+//!   server): [`PeerBatch`] (a batch one hub committed), [`PeerMetrics`], [`PeerRun`] (a
+//!   run's row changed: read it again) and [`PeerAlert`], which each hub forwards to its own
+//!   viewers.
 //!
 //! Sequence numbers make the seam between history and live exact: a viewer applies a
 //! [`Live`] batch only if its `seq` is above the `through_seq` of what it already holds.
@@ -382,6 +386,39 @@ pub struct Alert {
     pub at: f64,
 }
 
+/// What one hub of a cluster committed or decided, for the other hubs (through NATS): each
+/// hub forwards it to its own viewers, so a viewer on any hub sees every run. `hub` names the
+/// sender, which ignores its own messages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerBatch {
+    pub hub: u64,
+    pub run_id: RunId,
+    pub seq: u64,
+    pub records: Vec<StepRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerMetrics {
+    pub hub: u64,
+    pub run_id: RunId,
+    pub metrics: Vec<MetricDef>,
+}
+
+/// A run was created or its stored row changed (a hello, a status): the other hubs read it
+/// again from the shared store. `change` is the status change, when there is one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerRun {
+    pub hub: u64,
+    pub run_id: RunId,
+    pub change: Option<StatusChange>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerAlert {
+    pub hub: u64,
+    pub alert: Alert,
+}
+
 /// Declares one direction's message enum, its kind bytes, and its encode/decode.
 macro_rules! direction {
     ($(#[$meta:meta])* $name:ident { $($variant:ident = $kind:literal,)* }) => {
@@ -465,6 +502,16 @@ direction! {
         Resync = 0x36,
         Alert = 0x37,
         HubError = 0x3f,
+    }
+}
+
+direction! {
+    /// Hub → hub, in a cluster (published on NATS).
+    ToPeer {
+        PeerBatch = 0x40,
+        PeerMetrics = 0x41,
+        PeerRun = 0x42,
+        PeerAlert = 0x43,
     }
 }
 

@@ -244,6 +244,58 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(),
         ),
         ("ToViewer_HubError", ToViewer::HubError(hub_error).encode()),
+        (
+            "ToPeer_PeerBatch",
+            ToPeer::PeerBatch(PeerBatch {
+                hub: 0x5eed,
+                run_id: run_id(),
+                seq: 7,
+                records: vec![record(300)],
+            })
+            .encode(),
+        ),
+        (
+            "ToPeer_PeerMetrics",
+            ToPeer::PeerMetrics(PeerMetrics {
+                hub: 0x5eed,
+                run_id: run_id(),
+                metrics: vec![MetricDef {
+                    id: MetricId(3),
+                    name: "grad_norm".into(),
+                }],
+            })
+            .encode(),
+        ),
+        (
+            "ToPeer_PeerRun",
+            ToPeer::PeerRun(PeerRun {
+                hub: 0x5eed,
+                run_id: run_id(),
+                change: Some(StatusChange {
+                    run_id: run_id(),
+                    status: RunStatus::Stale,
+                    message: Some("no data for 31 s".into()),
+                    at: 1_764_700_331.0,
+                }),
+            })
+            .encode(),
+        ),
+        (
+            "ToPeer_PeerAlert",
+            ToPeer::PeerAlert(PeerAlert {
+                hub: 0x5eed,
+                alert: Alert {
+                    run_id: run_id(),
+                    rule: "stale".into(),
+                    fired: true,
+                    step: 300,
+                    value: f64::NAN,
+                    message: "no data for 31 s".into(),
+                    at: 1_764_700_331.0,
+                },
+            })
+            .encode(),
+        ),
     ]
 }
 
@@ -296,6 +348,7 @@ fn every_sample_round_trips() {
             "FromHub" => FromHub::decode(&bytes).unwrap().encode(),
             "FromViewer" => FromViewer::decode(&bytes).unwrap().encode(),
             "ToViewer" => ToViewer::decode(&bytes).unwrap().encode(),
+            "ToPeer" => ToPeer::decode(&bytes).unwrap().encode(),
             other => panic!("unknown direction {other}"),
         };
         assert_eq!(again, bytes, "{name} does not round-trip");

@@ -243,7 +243,9 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         }
         served = session(app, conn, &run).await;
     }
-    run.release_writer(conn.id);
+    if let Some(writer) = run.release_writer(conn.id) {
+        app.hub.store.release_writer(run.key, writer);
+    }
     served
 }
 

@@ -16,6 +16,7 @@
 pub mod alerts;
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod downsample;
 pub mod guard;
 pub mod hub;
@@ -43,6 +44,10 @@ pub use hub::{Hub, StatusPolicy};
 pub struct Settings {
     pub bind: SocketAddr,
     pub db: PathBuf,
+    /// A PostgreSQL URL: keep everything there instead of the SQLite file at `db`.
+    pub store: Option<String>,
+    /// A NATS URL: join the other hubs sharing `store` (see `cluster.rs`).
+    pub nats: Option<String>,
     pub policy: StatusPolicy,
     pub auth: Auth,
     /// The `--tokens` file the scoped tokens came from: re-read when it changes.
@@ -101,9 +106,11 @@ pub enum ServeError {
     OpenBeyondLoopback(SocketAddr),
     #[error("cannot open the database {path}: {source}")]
     Store {
-        path: PathBuf,
+        path: String,
         source: store::StoreError,
     },
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -173,12 +180,31 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
     {
         return Err(ServeError::OpenBeyondLoopback(settings.bind));
     }
-    let (store, runs) =
-        store::Store::open(&settings.db, settings.fsync).map_err(|source| ServeError::Store {
+    let location = match &settings.store {
+        Some(url) => store::Location::Postgres { url: url.clone() },
+        None => store::Location::Sqlite {
             path: settings.db.clone(),
-            source,
-        })?;
-    tracing::info!(db = %settings.db.display(), runs = runs.len(), "database open");
+            fsync: settings.fsync,
+        },
+    };
+    let where_ = match &location {
+        store::Location::Sqlite { path, .. } => path.display().to_string(),
+        store::Location::Postgres { .. } => "PostgreSQL".to_string(),
+    };
+    let opened = {
+        let location = location.clone();
+        tokio::task::spawn_blocking(move || store::Store::open_at(&location))
+            .await
+            .map_err(|e| ServeError::Store {
+                path: where_.clone(),
+                source: store::StoreError::Join(e.to_string()),
+            })?
+    };
+    let (store, runs) = opened.map_err(|source| ServeError::Store {
+        path: where_.clone(),
+        source,
+    })?;
+    tracing::info!(store = %where_, runs = runs.len(), "database open");
     let stale_after_s = settings.policy.stale_after.as_secs_f64();
     let hub = Hub::new(
         store,
@@ -187,6 +213,19 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         &settings.alerts,
         settings.limits.clone(),
     );
+    if let Some(url) = &settings.nats {
+        if !hub.store.shared() {
+            return Err(cluster::ClusterError::NotShared.into());
+        }
+        let (cluster, reconnects) = cluster::Cluster::connect(url).await?;
+        hub.join(cluster.clone());
+        let follower = cluster.follow(Arc::downgrade(&hub), reconnects);
+        tokio::spawn(async move {
+            if let Err(e) = follower.await {
+                tracing::error!(error = %e, "stopped following the other hubs");
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
         .map_err(|source| ServeError::Bind {

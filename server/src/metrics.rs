@@ -64,6 +64,9 @@ const STATUSES: [RunStatus; 5] = [
 ];
 
 pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Scope>) -> Response {
+    // Before the registry exists: it is not `Send`, and the size of a PostgreSQL store is a
+    // query.
+    let storage_bytes = app.hub.store.size().await;
     let mut registry = Registry::with_prefix("stepstream");
     let last_step = Family::<Labels, Gauge>::default();
     let value = Family::<Labels, FloatGauge>::default();
@@ -152,7 +155,7 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
             .set(n.load(Ordering::Relaxed) as i64);
     }
     let storage = Gauge::<i64>::default();
-    storage.set(app.hub.store.size_on_disk() as i64);
+    storage.set(storage_bytes as i64);
     registry.register(
         "storage_bytes",
         "The database's size on disk (with its WAL)",

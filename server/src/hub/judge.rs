@@ -123,6 +123,10 @@ impl Hub {
                 message,
             } => (rule, false, step, f64::NAN, message),
         };
+        if !self.judges(run.key) {
+            // Another hub of the cluster judges this run and raises its alerts.
+            return;
+        }
         let (run_id, project, name) = run.state(|st| {
             (
                 st.identity.run_id.clone(),
@@ -148,6 +152,7 @@ impl Hub {
             tracing::error!(error = %e, "could not store an alert");
         }
         let _ = run.live.send(LiveEvent::Alert(alert.clone()));
+        self.tell_alert(&alert);
         self.notifier.send(crate::notify::Notice {
             link: self
                 .notifier
@@ -179,21 +184,27 @@ impl Hub {
         {
             tracing::warn!(error = %e, "could not store a status change");
         }
-        self.publish_status(
-            run,
-            StatusChange {
-                run_id,
-                status: RunStatus::Running,
-                message: None,
-                at: now,
-            },
-        );
+        let change = StatusChange {
+            run_id,
+            status: RunStatus::Running,
+            message: None,
+            at: now,
+        };
+        self.tell_status(&change);
+        self.publish_status(run, change);
     }
 
     /// Judges staleness and publishes the run-list updates gathered since the last tick.
     pub async fn tick(&self) {
+        self.renew_leases(None).await;
         let now = unix_now();
         for run in self.runs() {
+            if !self.judges(run.key) {
+                if run.state(|st| st.dirty) {
+                    self.publish_update(&run);
+                }
+                continue;
+            }
             let change = run.state_mut(|st| {
                 let silent = now - st.last_activity;
                 let next = match st.status {
@@ -234,15 +245,14 @@ impl Hub {
                 if let Some(e) = alert {
                     self.raise(&run, e).await;
                 }
-                self.publish_status(
-                    &run,
-                    StatusChange {
-                        run_id,
-                        status,
-                        message: Some(message),
-                        at: now,
-                    },
-                );
+                let change = StatusChange {
+                    run_id,
+                    status,
+                    message: Some(message),
+                    at: now,
+                };
+                self.tell_status(&change);
+                self.publish_status(&run, change);
             } else if run.state(|st| st.dirty) {
                 self.publish_update(&run);
             }

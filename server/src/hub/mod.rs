@@ -8,18 +8,22 @@
 //! * `run` — one run's state, and which collector writes it.
 //! * `judge` — run status (running / stale / finished / failed / killed) on the hub's
 //!   clock, and the alert rules, on their own task.
+//! * `peer` — the hub as one of a cluster: telling the other hubs, applying what they
+//!   tell, and the judge leases that make one hub judge each run.
 
 mod judge;
+mod peer;
 mod run;
 
 use crate::limits::HubLimits;
 use crate::store::{RunTail, Store, StoreError};
 use axum::body::Bytes;
 use judge::Job;
+pub use peer::LEASE_TTL_S;
 pub use run::{LiveEvent, Run, RunState};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use stepstream_protocol::{
     unix_now, Batch, MetricDef, MetricId, RunId, RunIdentity, RunList, RunStatus, RunUpdate,
@@ -84,6 +88,12 @@ pub struct Hub {
     judge: mpsc::Sender<Job>,
     /// Jobs the judge could not take (it was a whole channel behind).
     pub unjudged: AtomicU64,
+    /// The other hubs, when this one is part of a cluster (see [`Hub::join`]).
+    cluster: OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The runs this hub judges: `None` alone (all of them), else those it holds a lease on.
+    judging: Mutex<Option<HashSet<crate::store::RunKey>>>,
+    /// When the leases were last renewed (hub clock).
+    leases_at: Mutex<f64>,
 }
 
 fn encode(msg: ToViewer) -> Bytes {
@@ -135,8 +145,18 @@ impl Hub {
             updates: broadcast::channel(UPDATES_CAPACITY).0,
             judge,
             unjudged: AtomicU64::new(0),
+            cluster: OnceLock::new(),
+            judging: Mutex::new(None),
+            leases_at: Mutex::new(0.0),
         });
         (hub, jobs)
+    }
+
+    /// Makes this hub one of a cluster: it tells the others what it commits and judges only
+    /// the runs it holds a lease on.
+    pub fn join(&self, cluster: Arc<crate::cluster::Cluster>) {
+        *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+        let _ = self.cluster.set(cluster);
     }
 
     pub fn run(&self, id: &RunId) -> Option<Arc<Run>> {
@@ -226,6 +246,10 @@ impl Hub {
             .wire
             .check_identity(&identity)
             .map_err(IngestError::Limit)?;
+        if self.cluster.get().is_some() {
+            // Another hub may have written this run last: start from the shared store.
+            self.refresh(&identity.run_id).await;
+        }
         let now = unix_now();
         let existing = self.run(&identity.run_id);
         if let Some(run) = &existing {
@@ -242,7 +266,13 @@ impl Hub {
         } else {
             self.room_for_run(&identity.project)?;
         }
-        let key = self.store.upsert_run(identity.clone(), now).await?;
+        let key = match self.store.upsert_run(identity.clone(), writer, now).await {
+            Ok(key) => key,
+            Err(StoreError::Conflict(why)) => return Err(IngestError::Conflict(why)),
+            Err(e) => return Err(e.into()),
+        };
+        // The collector's heartbeats arrive here: this hub judges the run.
+        self.renew_leases(Some(key)).await;
         let run = match existing {
             Some(run) => {
                 let (was, resolved) = run.state_mut(|st| {
@@ -298,15 +328,14 @@ impl Hub {
                 run
             }
         };
-        self.publish_status(
-            &run,
-            StatusChange {
-                run_id: identity.run_id,
-                status: RunStatus::Running,
-                message: None,
-                at: now,
-            },
-        );
+        let change = StatusChange {
+            run_id: identity.run_id,
+            status: RunStatus::Running,
+            message: None,
+            at: now,
+        };
+        self.tell_status(&change);
+        self.publish_status(&run, change);
         Ok(run)
     }
 
@@ -377,11 +406,13 @@ impl Hub {
             )));
         }
         self.store.define_metrics(run.key, fresh.clone()).await?;
-        run.state_mut(|st| {
+        let run_id = run.state_mut(|st| {
             st.metrics.extend(fresh.iter().cloned());
             st.metrics.sort_by_key(|m| m.id);
             st.last_activity = unix_now();
+            st.identity.run_id.clone()
         });
+        self.tell_metrics(&run_id, &fresh);
         let _ = run.live.send(LiveEvent::Metrics(fresh));
         Ok(())
     }
@@ -433,7 +464,7 @@ impl Hub {
     /// store (the alert rules run on the judge's task).
     pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
         let _guard = run.ingest.lock().await;
-        let (last, tail, run_id) = run.state(|st| -> Result<_, IngestError> {
+        let (_last, tail, run_id) = run.state(|st| -> Result<_, IngestError> {
             let last = st.tail.last_seq;
             if batch.seq <= last {
                 return Ok((last, None, st.identity.run_id.clone()));
@@ -452,28 +483,20 @@ impl Hub {
             ))
         })?;
         let Some(tail) = tail else {
-            // A resend must be what was stored: anything else is a second writer (or a
-            // collector that renumbered wrongly), and acknowledging it would lose its data.
-            let stored = self.store.batch(run.key, batch.seq).await?;
-            if stored
-                .as_deref()
-                .is_some_and(|s| same_records(s, &batch.records))
-            {
-                tracing::debug!(run = %run_id, seq = batch.seq, last, "duplicate batch ignored");
-                return Ok(Appended::Duplicate);
-            }
-            tracing::warn!(run = %run_id, seq = batch.seq, "a resent batch differs from the stored one");
-            return Err(IngestError::Conflict(format!(
-                "batch {} was already stored with other records: another collector writes run \
-                 {run_id}, or this one lost track of its sequence numbers",
-                batch.seq
-            )));
+            return self.resent(run, batch.seq, &batch.records, &run_id).await;
         };
         let seq = batch.seq;
         let records: Arc<[StepRecord]> = batch.records.into();
-        self.store
+        let inserted = self
+            .store
             .append_batch(run.key, seq, records.clone(), tail.clone())
             .await?;
+        if !inserted {
+            // Another hub of a cluster stored this sequence number first (this hub's view
+            // of the run was behind): judge it as the resend it is.
+            return self.resent(run, seq, &records, &run_id).await;
+        }
+        self.tell_batch(&run_id, seq, &records);
         let now = unix_now();
         let (revived, resolved) = run.state_mut(|st| {
             st.tail = tail;
@@ -507,6 +530,28 @@ impl Hub {
             now,
         });
         Ok(Appended::Stored)
+    }
+
+    /// A batch whose sequence number is already stored: a resend must be what was stored;
+    /// anything else is a second writer (or a collector that renumbered wrongly), and
+    /// acknowledging it would lose its data.
+    async fn resent(
+        &self,
+        run: &Run,
+        seq: u64,
+        records: &[StepRecord],
+        run_id: &RunId,
+    ) -> Result<Appended, IngestError> {
+        let stored = self.store.batch(run.key, seq).await?;
+        if stored.as_deref().is_some_and(|s| same_records(s, records)) {
+            tracing::debug!(run = %run_id, seq, "duplicate batch ignored");
+            return Ok(Appended::Duplicate);
+        }
+        tracing::warn!(run = %run_id, seq, "a resent batch differs from the stored one");
+        Err(IngestError::Conflict(format!(
+            "batch {seq} was already stored with other records: another collector writes run \
+             {run_id}, or this one lost track of its sequence numbers"
+        )))
     }
 
     /// The collector is alive (a heartbeat, or any frame).
@@ -560,15 +605,14 @@ impl Hub {
             st.identity.run_id.clone()
         });
         tracing::info!(run = %run_id, status = status.as_str(), "run ended");
-        self.publish_status(
-            run,
-            StatusChange {
-                run_id,
-                status,
-                message,
-                at: now,
-            },
-        );
+        let change = StatusChange {
+            run_id,
+            status,
+            message,
+            at: now,
+        };
+        self.tell_status(&change);
+        self.publish_status(run, change);
         Ok(())
     }
 }

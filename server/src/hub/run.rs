@@ -124,12 +124,15 @@ impl Run {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Ends a collector connection's claim on the run, if it still holds it.
-    pub fn release_writer(&self, connection: u64) {
-        self.state_mut(|st| {
-            if st.writer.is_some_and(|(_, c)| c == connection) {
+    /// Ends a collector connection's claim on the run, if it still holds it; returns the
+    /// writer that let go.
+    pub fn release_writer(&self, connection: u64) -> Option<u64> {
+        self.state_mut(|st| match st.writer {
+            Some((writer, c)) if c == connection => {
                 st.writer = None;
+                Some(writer)
             }
-        });
+            _ => None,
+        })
     }
 }

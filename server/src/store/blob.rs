@@ -106,6 +106,13 @@ pub fn visit_values(blob: &[u8], mut f: impl FnMut(i64, f64, MetricId, f64)) -> 
 }
 
 /// A record for the store's tests: loss `v` and a NaN.
+/// The lowest and highest step of some records.
+pub(super) fn step_range(records: &[StepRecord]) -> Option<(i64, i64)> {
+    let lo = records.iter().map(|r| r.step).min()?;
+    let hi = records.iter().map(|r| r.step).max()?;
+    Some((lo, hi))
+}
+
 #[cfg(test)]
 pub(super) fn test_record(step: i64, v: f64) -> StepRecord {
     StepRecord {

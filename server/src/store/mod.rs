@@ -1,32 +1,31 @@
-//! Durable storage of runs, metric names and every step record, in one SQLite database.
+//! Durable storage of runs, metric names and every step record, behind one interface with
+//! two engines: SQLite (one file, one hub: the default) and PostgreSQL (shared by the hubs of
+//! a cluster). Both keep the same semantics: a batch is reported stored only after its
+//! transaction committed, which is what lets the hub acknowledge it; `(run, seq)` is the
+//! primary key, so a resent batch is refused by the key; each batch row carries its step
+//! range, indexed, so a range read costs what the range holds.
 //!
-//! One writer thread owns the write connection and commits whatever commands are waiting as
-//! one transaction (group commit), then answers each; a batch is reported stored only after
-//! its transaction committed, which is what lets the hub acknowledge it. WAL mode lets reads
-//! (on a small pool of read connections, inside `spawn_blocking`) run beside the writer.
+//! Writes go through one writer thread per hub ([`command`]: group commit, the same loop
+//! for both engines); reads run on the blocking pool, at most 16 at once.
 //!
-//! Records are kept one row per batch: `(run, seq)` is the primary key, so a resent batch is
-//! refused by the key and ingest costs one row per batch, not one per value. Each batch row
-//! also carries its step range, indexed, so a range read costs what the range holds.
-//!
-//! * `schema` — the tables, their migrations, and loading the runs at start-up.
-//! * `writer` — the writer thread and what each command does to the database.
-//! * `blob` — the records' blob format, this module's own, independent of the wire format.
+//! * `command` — the write commands and the group-commit loop.
+//! * `sqlite` — the SQLite engine (schema, migrations, writer, reads).
+//! * `postgres` — the PostgreSQL engine (the same, plus the judges' leases).
+//! * `blob` — the records' blob format, shared by both, independent of the wire format.
 
 mod blob;
-mod schema;
-mod writer;
+mod command;
+mod postgres;
+mod sqlite;
 
 pub use blob::{decode_records, encode_records, visit_values};
-use rusqlite::{params, Connection, OptionalExtension};
-use schema::{load_runs, migrate, INDEXES, SCHEMA};
+use command::Command;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus, StepRecord};
 use tokio::sync::{mpsc, oneshot};
-use writer::{writer_loop, Command};
 
 /// The database's row id of a run.
 pub type RunKey = i64;
@@ -36,9 +35,15 @@ pub enum StoreError {
     /// SQLite refused (disk full, I/O error, locked database...).
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL refused or cannot be reached.
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[from] ::postgres::Error),
     /// A stored blob does not decode: the file was damaged or written by another version.
     #[error("corrupt record blob for run {run_key} batch {seq}")]
     Corrupt { run_key: RunKey, seq: u64 },
+    /// Another collector, through another hub, holds the run.
+    #[error("{0}")]
+    Conflict(String),
     /// The writer thread has stopped (it only stops when the database failed to open).
     #[error("the database writer has stopped")]
     WriterGone,
@@ -49,6 +54,8 @@ pub enum StoreError {
     },
     #[error("the database task failed: {0}")]
     Join(String),
+    #[error("{0}")]
+    Schema(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -93,77 +100,74 @@ impl RunTail {
     }
 }
 
+/// Where the store lives: `--db PATH` or `--store postgres://...`.
+#[derive(Clone, Debug)]
+pub enum Location {
+    Sqlite { path: PathBuf, fsync: bool },
+    Postgres { url: String },
+}
+
 /// Handle to the database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     writer: mpsc::Sender<Command>,
-    readers: Arc<Mutex<Vec<Connection>>>,
-    /// Reads in flight, at most: each holds a blocking thread and a read transaction, so a
-    /// crowd of readers waits here rather than exhausting the blocking pool.
-    reading: Arc<tokio::sync::Semaphore>,
-    path: Arc<PathBuf>,
+    reads: Reads,
 }
 
-/// Reads on the blocking pool at once, at most.
-const READERS: usize = 16;
+#[derive(Clone)]
+enum Reads {
+    Sqlite(sqlite::Reads),
+    Postgres(postgres::Reads),
+}
 
-fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    // WAL + NORMAL: a committed transaction survives the process being killed (SIGKILL);
-    // only an OS crash or power loss can take the last commits. `--durability full` (FULL)
-    // closes that too at the price of an fsync per group commit.
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    Ok(conn)
+/// Calls the same read on whichever engine holds the data.
+macro_rules! read {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match &$self.reads {
+            Reads::Sqlite(r) => r.$method($($arg),*).await,
+            Reads::Postgres(r) => r.$method($($arg),*).await,
+        }
+    };
 }
 
 impl Store {
-    /// Bytes of the database, its WAL and shared-memory files on disk.
-    pub fn size_on_disk(&self) -> u64 {
-        ["", "-wal", "-shm"]
-            .iter()
-            .filter_map(|suffix| {
-                let mut p = self.path.as_os_str().to_owned();
-                p.push(suffix);
-                std::fs::metadata(PathBuf::from(p)).ok()
-            })
-            .map(|m| m.len())
-            .sum()
-    }
-
-    /// Opens (or creates) the database and returns the runs it holds.
+    /// Opens (or creates) the SQLite database and returns the runs it holds.
     pub fn open(path: &Path, fsync_every_commit: bool) -> Result<(Store, Vec<StoredRun>)> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-            }
-        }
-        let mut conn = open_connection(path)?;
-        conn.pragma_update(
-            None,
-            "synchronous",
-            if fsync_every_commit { "FULL" } else { "NORMAL" },
-        )?;
-        conn.execute_batch(SCHEMA)?;
-        migrate(&mut conn)?;
-        conn.execute_batch(INDEXES)?;
-        let runs = load_runs(&conn)?;
-
-        let (tx, rx) = mpsc::channel(4096);
-        std::thread::Builder::new()
-            .name("stepstream-db-writer".into())
-            .spawn(move || writer_loop(conn, rx))
-            .expect("spawn the database writer thread");
+        let (writer, reads, runs) = sqlite::open(path, fsync_every_commit)?;
         let store = Store {
-            writer: tx,
-            readers: Arc::new(Mutex::new(Vec::new())),
-            reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
-            path: Arc::new(path.to_path_buf()),
+            writer,
+            reads: Reads::Sqlite(reads),
         };
         Ok((store, runs))
+    }
+
+    /// Opens the store at `location`, bringing its schema up to date, and returns its runs.
+    /// Blocks (a PostgreSQL connection is made before serving): call it off the runtime.
+    pub fn open_at(location: &Location) -> Result<(Store, Vec<StoredRun>)> {
+        match location {
+            Location::Sqlite { path, fsync } => Store::open(path, *fsync),
+            Location::Postgres { url } => {
+                let (writer, reads, runs) = postgres::open(url)?;
+                let store = Store {
+                    writer,
+                    reads: Reads::Postgres(reads),
+                };
+                Ok((store, runs))
+            }
+        }
+    }
+
+    /// Whether several hubs may share this store (PostgreSQL).
+    pub fn shared(&self) -> bool {
+        matches!(self.reads, Reads::Postgres(_))
+    }
+
+    /// Bytes the store takes: SQLite's files, or the PostgreSQL database's size.
+    pub async fn size(&self) -> u64 {
+        match &self.reads {
+            Reads::Sqlite(r) => r.size_on_disk(),
+            Reads::Postgres(r) => r.size().await.unwrap_or(0),
+        }
     }
 
     async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
@@ -175,10 +179,14 @@ impl Store {
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
-    /// Creates the run, or refreshes its identity and marks it running again.
-    pub async fn upsert_run(&self, identity: RunIdentity, at: f64) -> Result<RunKey> {
+    /// Creates the run, or refreshes its identity and marks it running again, for the
+    /// collector process `writer`. A shared store refuses the run
+    /// ([`StoreError::Conflict`]) while another writer holds it and was heard from within
+    /// `silence` seconds.
+    pub async fn upsert_run(&self, identity: RunIdentity, writer: u64, at: f64) -> Result<RunKey> {
         self.call(|reply| Command::UpsertRun {
             identity,
+            writer,
             at,
             reply,
         })
@@ -194,14 +202,16 @@ impl Store {
         .await
     }
 
-    /// Stores one batch and the run's new tail; returns once committed.
+    /// Stores one batch and the run's new tail; returns once committed, with whether it was
+    /// inserted (`false`: a batch of that sequence number was stored before, and nothing
+    /// changed).
     pub async fn append_batch(
         &self,
         key: RunKey,
         seq: u64,
         records: Arc<[StepRecord]>,
         tail: RunTail,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.call(|reply| Command::AppendBatch {
             key,
             seq,
@@ -234,67 +244,34 @@ impl Store {
             .await
     }
 
+    /// Records that the run was heard from; best effort (it only matters after a restart,
+    /// and to the writer claim of a shared store).
+    pub fn touch(&self, key: RunKey, at: f64) {
+        let _ = self.writer.try_send(Command::Touch { key, at });
+    }
+
+    /// The collector `writer` left the run cleanly: another may take it at once.
+    pub fn release_writer(&self, key: RunKey, writer: u64) {
+        let _ = self.writer.try_send(Command::ReleaseWriter { key, writer });
+    }
+
+    /// Every run as stored now.
+    pub async fn load_runs(&self) -> Result<Vec<StoredRun>> {
+        read!(self.load_runs())
+    }
+
+    /// The run as stored now (its identity, status, tail and metrics).
+    pub async fn load_run(&self, run_id: RunId) -> Result<Option<StoredRun>> {
+        read!(self.load_run(run_id))
+    }
+
     /// The run's alerts, oldest first.
     pub async fn alerts(
         &self,
         key: RunKey,
         run_id: RunId,
     ) -> Result<Vec<stepstream_protocol::Alert>> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT rule, fired, step, value, message, at FROM alerts WHERE run_key = ?1 \
-                 ORDER BY at, rowid",
-            )?;
-            let rows = stmt.query_map([key], |r| {
-                Ok(stepstream_protocol::Alert {
-                    run_id: run_id.clone(),
-                    rule: r.get(0)?,
-                    fired: r.get::<_, i64>(1)? != 0,
-                    step: r.get(2)?,
-                    value: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
-                    message: r.get(4)?,
-                    at: r.get(5)?,
-                })
-            })?;
-            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-        })
-        .await
-    }
-
-    /// Records that the run was heard from; best effort (it only matters after a restart).
-    pub fn touch(&self, key: RunKey, at: f64) {
-        let _ = self.writer.try_send(Command::Touch { key, at });
-    }
-
-    /// Runs `f` on a pooled read connection on the blocking pool.
-    pub async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let readers = self.readers.clone();
-        let path = self.path.clone();
-        let permit = self
-            .reading
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| StoreError::Join(e.to_string()))?;
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let pooled = readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let conn = match pooled {
-                Some(c) => c,
-                None => open_connection(&path)?,
-            };
-            let out = f(&conn);
-            let mut pool = readers.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < READERS {
-                pool.push(conn);
-            }
-            out
-        })
-        .await
-        .map_err(|e| StoreError::Join(e.to_string()))?
+        read!(self.alerts(key, run_id))
     }
 
     /// Calls `f` with `state` and each stored batch of the run with
@@ -305,19 +282,10 @@ impl Store {
         key: RunKey,
         after_seq: u64,
         through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+        state: S,
+        f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 \
-                 ORDER BY seq",
-            )?;
-            let rows = stmt.query(params![key, after_seq as i64, through_seq as i64])?;
-            let _ = each_batch(rows, key, &mut state, &mut f)?;
-            Ok(state)
-        })
-        .await
+        read!(self.scan(key, after_seq, through_seq, state, f))
     }
 
     /// Like [`Store::scan`], value by value (`f(state, step, wall_time, metric, value)`),
@@ -327,22 +295,10 @@ impl Store {
         key: RunKey,
         after_seq: u64,
         through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
+        state: S,
+        f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
     ) -> Result<S> {
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 \
-                 ORDER BY seq",
-            )?;
-            let rows = stmt.query(params![key, after_seq as i64, through_seq as i64])?;
-            let _ = each_blob(rows, key, |_, blob| {
-                visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v))
-                    .map(|()| ControlFlow::Continue(()))
-            })?;
-            Ok(state)
-        })
-        .await
+        read!(self.scan_values(key, after_seq, through_seq, state, f))
     }
 
     /// One stored batch's records, if that batch is stored.
@@ -363,15 +319,7 @@ impl Store {
     /// The lowest and highest steps stored for the run (steps may go down: a resumed run,
     /// a rotated log, so the last record's step is not the highest).
     pub async fn step_bounds(&self, key: RunKey) -> Result<Option<(i64, i64)>> {
-        self.read(move |conn| {
-            let (lo, hi): (Option<i64>, Option<i64>) = conn
-                .prepare_cached(
-                    "SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = ?1",
-                )?
-                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            Ok(lo.zip(hi))
-        })
-        .await
+        read!(self.step_bounds(key))
     }
 
     /// Like [`Store::scan`], but only the batches that may hold a step in `lo..=hi`, found
@@ -380,49 +328,65 @@ impl Store {
     pub async fn scan_steps<S: Send + 'static>(
         &self,
         key: RunKey,
-        (lo, hi): (i64, i64),
+        range: (i64, i64),
         through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+        state: S,
+        f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
-        self.read(move |conn| {
-            // A batch overlapping `lo..=hi` starts at or before `hi` and no further below
-            // `lo` than the widest batch of the run spans (`max_span`, kept on append).
-            // The batches' sequence numbers from the step index first (`INDEXED BY`: without
-            // statistics SQLite would rather walk the primary key, reading the whole run),
-            // then their blobs by key in sequence order, so no blob is ever sorted.
-            let mut seqs: Vec<i64> = conn
-                .prepare_cached(
-                    "SELECT seq FROM batches INDEXED BY batches_by_step WHERE run_key = ?1 \
-                     AND lo_step >= ?2 - (SELECT max_span FROM runs WHERE key = ?1) \
-                     AND lo_step <= ?3 AND hi_step >= ?2 AND seq <= ?4",
-                )?
-                .query_map(params![key, lo, hi, through_seq as i64], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            seqs.sort_unstable();
-            let mut stmt = conn
-                .prepare_cached("SELECT seq, data FROM batches WHERE run_key = ?1 AND seq = ?2")?;
-            for seq in seqs {
-                let rows = stmt.query(params![key, seq])?;
-                if each_batch(rows, key, &mut state, &mut f)?.is_break() {
-                    break;
-                }
-            }
-            Ok(state)
-        })
-        .await
+        read!(self.scan_steps(key, range, through_seq, state, f))
     }
 
     /// The run's hyper-parameter config, as stored.
     pub async fn config(&self, key: RunKey) -> Result<Option<String>> {
-        self.read(move |conn| {
-            Ok(conn
-                .query_row("SELECT config FROM runs WHERE key = ?1", [key], |r| {
-                    r.get(0)
-                })
-                .optional()?)
-        })
-        .await
+        read!(self.config(key))
+    }
+
+    /// For hub `hub` of a cluster: renews its judge leases (valid `ttl` seconds), takes the
+    /// runs whose lease expired (their hub died) and, with `take`, that run's lease whoever
+    /// holds it (its collector just connected here); returns the runs this hub judges now.
+    /// `None` for a store only one hub uses: that hub judges every run.
+    pub async fn judge_leases(
+        &self,
+        hub: u64,
+        ttl: f64,
+        take: Option<RunKey>,
+    ) -> Result<Option<Vec<RunKey>>> {
+        match &self.reads {
+            Reads::Sqlite(_) => Ok(None),
+            Reads::Postgres(r) => r.judge_leases(hub, ttl, take).await.map(Some),
+        }
+    }
+}
+
+/// Decodes stored batches one after another into one reused buffer.
+struct Batches {
+    key: RunKey,
+    records: Vec<StepRecord>,
+}
+
+impl Batches {
+    fn new(key: RunKey) -> Batches {
+        Batches {
+            key,
+            records: Vec::new(),
+        }
+    }
+
+    /// Hands the blob's records to `f`; a blob that does not decode is
+    /// [`StoreError::Corrupt`].
+    fn visit<S>(
+        &mut self,
+        seq: u64,
+        blob: &[u8],
+        state: &mut S,
+        f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>> {
+        self.records.clear();
+        decode_records(blob, &mut self.records).ok_or(StoreError::Corrupt {
+            run_key: self.key,
+            seq,
+        })?;
+        Ok(f(state, seq, &self.records))
     }
 }
 
@@ -443,41 +407,6 @@ pub(crate) fn test_identity(id: &str, project: &str) -> RunIdentity {
     }
 }
 
-/// Hands each `(seq, data)` row's blob to `f` until it returns `Break`; a blob `f` cannot
-/// read (`None`) is a [`StoreError::Corrupt`].
-fn each_blob(
-    mut rows: rusqlite::Rows<'_>,
-    key: RunKey,
-    mut f: impl FnMut(u64, &[u8]) -> Option<ControlFlow<()>>,
-) -> Result<ControlFlow<()>> {
-    while let Some(row) = rows.next()? {
-        let seq = row.get::<_, i64>(0)? as u64;
-        let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-        if f(seq, blob)
-            .ok_or(StoreError::Corrupt { run_key: key, seq })?
-            .is_break()
-        {
-            return Ok(ControlFlow::Break(()));
-        }
-    }
-    Ok(ControlFlow::Continue(()))
-}
-
-/// Decodes each `(seq, data)` row and hands its records to `f` until it returns `Break`.
-fn each_batch<S>(
-    rows: rusqlite::Rows<'_>,
-    key: RunKey,
-    state: &mut S,
-    f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
-) -> Result<ControlFlow<()>> {
-    let mut records = Vec::new();
-    each_blob(rows, key, |seq, blob| {
-        records.clear();
-        decode_records(blob, &mut records)?;
-        Some(f(state, seq, &records))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,7 +421,7 @@ mod tests {
             let (store, runs) = Store::open(&path, false).unwrap();
             assert!(runs.is_empty());
             let key = store
-                .upsert_run(test_identity("r1", "p"), 10.0)
+                .upsert_run(test_identity("r1", "p"), 1, 10.0)
                 .await
                 .unwrap();
             store

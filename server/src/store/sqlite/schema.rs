@@ -1,11 +1,11 @@
 //! The database's tables, their versioned migrations (`PRAGMA user_version`), and reading
 //! the runs back at start-up.
 
-use super::blob::{decode_records, decode_values};
-use super::{Result, RunKey, RunTail, StoreError, StoredRun};
+use super::super::blob::{decode_records, decode_values, step_range};
+use super::super::{Result, RunKey, RunTail, StoreError, StoredRun};
 use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
-use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus, StepRecord};
+use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS runs (
@@ -143,17 +143,23 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-/// The lowest and highest step of some records.
-pub(super) fn step_range(records: &[StepRecord]) -> Option<(i64, i64)> {
-    let lo = records.iter().map(|r| r.step).min()?;
-    let hi = records.iter().map(|r| r.step).max()?;
-    Some((lo, hi))
+pub(super) fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
+    load(conn, None)
 }
 
-pub(super) fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
+/// One run, read again (a hub of a cluster learns what another hub changed).
+pub(super) fn load_run(conn: &Connection, run_id: &str) -> Result<Option<StoredRun>> {
+    Ok(load(conn, Some(run_id))?.pop())
+}
+
+/// Every run, or the one named `run_id`.
+fn load(conn: &Connection, run_id: Option<&str>) -> Result<Vec<StoredRun>> {
     let mut metrics: BTreeMap<RunKey, Vec<MetricDef>> = BTreeMap::new();
-    let mut stmt = conn.prepare("SELECT run_key, id, name FROM metrics ORDER BY run_key, id")?;
-    let mut rows = stmt.query([])?;
+    let mut stmt = conn.prepare(
+        "SELECT run_key, id, name FROM metrics WHERE ?1 IS NULL OR run_key = (SELECT key FROM \
+         runs WHERE run_id = ?1) ORDER BY run_key, id",
+    )?;
+    let mut rows = stmt.query([run_id])?;
     while let Some(row) = rows.next()? {
         metrics.entry(row.get(0)?).or_default().push(MetricDef {
             id: MetricId(row.get(1)?),
@@ -163,9 +169,9 @@ pub(super) fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
     let mut stmt = conn.prepare(
         "SELECT key, run_id, project, name, config, host, rank, world_size, started_at, status, \
          status_message, last_activity, last_seq, last_step, last_point_at, records, last_values, \
-         job, framework FROM runs ORDER BY key",
+         job, framework FROM runs WHERE ?1 IS NULL OR run_id = ?1 ORDER BY key",
     )?;
-    let mut rows = stmt.query([])?;
+    let mut rows = stmt.query([run_id])?;
     let mut runs = Vec::new();
     while let Some(row) = rows.next()? {
         let key: RunKey = row.get(0)?;
@@ -211,11 +217,11 @@ pub(super) fn load_runs(conn: &Connection) -> Result<Vec<StoredRun>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{encode_records, Store};
     use super::*;
+    use crate::store::{encode_records, Store};
     use std::ops::ControlFlow;
 
-    use super::super::blob::test_record as rec;
+    use crate::store::blob::test_record as rec;
 
     #[tokio::test]
     async fn a_version_1_database_gets_step_ranges_and_answers_range_reads() {

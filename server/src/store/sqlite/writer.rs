@@ -1,101 +1,30 @@
-//! The writer thread: it owns the write connection and commits every command waiting as one
-//! transaction (group commit), then answers each with the transaction's outcome.
+//! SQLite's side of the writer thread: each command applied inside the group's transaction.
 
-use super::blob::{encode_records, encode_values};
-use super::schema::step_range;
-use super::{Result, RunKey, RunTail, StoreError};
+use super::super::blob::{encode_records, encode_values, step_range};
+use super::super::command::{Applied, Command, Engine};
+use super::super::{Result, RunKey};
 use rusqlite::{params, Connection};
-use std::sync::Arc;
-use stepstream_protocol::{MetricDef, RunIdentity, RunStatus, StepRecord};
-use tokio::sync::{mpsc, oneshot};
 
-pub(super) enum Command {
-    UpsertRun {
-        identity: RunIdentity,
-        at: f64,
-        reply: oneshot::Sender<Result<RunKey>>,
-    },
-    DefineMetrics {
-        key: RunKey,
-        metrics: Vec<MetricDef>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    AppendBatch {
-        key: RunKey,
-        seq: u64,
-        records: Arc<[StepRecord]>,
-        tail: RunTail,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    SetStatus {
-        key: RunKey,
-        status: RunStatus,
-        message: Option<String>,
-        at: f64,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    Touch {
-        key: RunKey,
-        at: f64,
-    },
-    AddAlert {
-        key: RunKey,
-        alert: stepstream_protocol::Alert,
-        reply: oneshot::Sender<Result<()>>,
-    },
-}
+/// The write connection, owned by the writer thread.
+pub(in crate::store) struct Sqlite(pub(in crate::store) Connection);
 
-/// The writer thread's loop: takes every waiting command (up to 1,024) and commits them as
-/// one transaction.
-pub(super) fn writer_loop(mut conn: Connection, mut rx: mpsc::Receiver<Command>) {
-    let mut pending = Vec::with_capacity(256);
-    while let Some(first) = rx.blocking_recv() {
-        pending.push(first);
-        while pending.len() < 1024 {
-            match rx.try_recv() {
-                Ok(c) => pending.push(c),
-                Err(_) => break,
-            }
-        }
-        commit_group(&mut conn, &mut pending);
+impl Engine for Sqlite {
+    type Tx<'a> = rusqlite::Transaction<'a>;
+
+    fn begin(&mut self) -> Result<Self::Tx<'_>> {
+        Ok(self.0.transaction()?)
     }
-    tracing::debug!("database writer stopped");
-}
 
-/// Applies every command in one transaction; answers each with the transaction's outcome.
-fn commit_group(conn: &mut Connection, pending: &mut Vec<Command>) {
-    let outcome = (|| -> rusqlite::Result<Vec<Option<RunKey>>> {
-        let tx = conn.transaction()?;
-        let mut keys = Vec::with_capacity(pending.len());
-        for cmd in pending.iter() {
-            keys.push(apply(&tx, cmd)?);
-        }
-        tx.commit()?;
-        Ok(keys)
-    })();
-    match outcome {
-        Ok(keys) => {
-            for (cmd, key) in pending.drain(..).zip(keys) {
-                answer(cmd, Ok(key));
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, commands = pending.len(), "database commit failed");
-            // One bad command must not fail the others: retry each alone.
-            for cmd in pending.drain(..) {
-                let single = (|| -> rusqlite::Result<Option<RunKey>> {
-                    let tx = conn.transaction()?;
-                    let key = apply(&tx, &cmd)?;
-                    tx.commit()?;
-                    Ok(key)
-                })();
-                answer(cmd, single);
-            }
-        }
+    fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied> {
+        Ok(apply(tx, cmd)?)
+    }
+
+    fn commit(tx: Self::Tx<'_>) -> Result<()> {
+        Ok(tx.commit()?)
     }
 }
 
-fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Option<RunKey>> {
+fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Applied> {
     match cmd {
         Command::UpsertRun { identity, at, .. } => {
             let id = &identity.run_id;
@@ -121,10 +50,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                 identity.job,
                 identity.framework,
             ])?;
-            let key = tx
+            let key: RunKey = tx
                 .prepare_cached("SELECT key FROM runs WHERE run_id = ?1")?
                 .query_row([id.as_str()], |r| r.get(0))?;
-            Ok(Some(key))
+            Ok(Applied::Key(key))
         }
         Command::DefineMetrics { key, metrics, .. } => {
             let mut stmt = tx.prepare_cached(
@@ -133,7 +62,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
             for m in metrics {
                 stmt.execute(params![key, m.id.0, m.name])?;
             }
-            Ok(None)
+            Ok(Applied::Done)
         }
         Command::AppendBatch {
             key,
@@ -179,7 +108,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                 encode_values(&tail.last_values),
                 protocol_now(),
             ])?;
-            Ok(None)
+            Ok(Applied::Inserted(inserted == 1))
         }
         Command::SetStatus {
             key,
@@ -192,7 +121,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                 "UPDATE runs SET status = ?2, status_message = ?3, status_at = ?4 WHERE key = ?1",
             )?
             .execute(params![key, status.as_str(), message, at])?;
-            Ok(None)
+            Ok(Applied::Done)
         }
         Command::AddAlert { key, alert, .. } => {
             tx.prepare_cached(
@@ -208,34 +137,20 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Opti
                 alert.message,
                 alert.at
             ])?;
-            Ok(None)
+            Ok(Applied::Done)
         }
+        // One hub owns a SQLite file: the writer claim lives in its memory.
+        Command::ReleaseWriter { .. } => Ok(Applied::Done),
         Command::Touch { key, at } => {
             tx.prepare_cached(
                 "UPDATE runs SET last_activity = max(last_activity, ?2) WHERE key = ?1",
             )?
             .execute(params![key, at])?;
-            Ok(None)
+            Ok(Applied::Done)
         }
     }
 }
 
 fn protocol_now() -> f64 {
     stepstream_protocol::unix_now()
-}
-
-fn answer(cmd: Command, outcome: rusqlite::Result<Option<RunKey>>) {
-    let outcome = outcome.map_err(StoreError::from);
-    match cmd {
-        Command::UpsertRun { reply, .. } => {
-            let _ = reply.send(outcome.map(|k| k.expect("upsert yields a key")));
-        }
-        Command::DefineMetrics { reply, .. }
-        | Command::AddAlert { reply, .. }
-        | Command::AppendBatch { reply, .. }
-        | Command::SetStatus { reply, .. } => {
-            let _ = reply.send(outcome.map(|_| ()));
-        }
-        Command::Touch { .. } => {}
-    }
 }

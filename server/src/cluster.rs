@@ -1,0 +1,145 @@
+//! Several hubs as one (`--store postgres://... --nats nats://...`): what one hub commits or
+//! decides reaches the viewers of every other hub through NATS.
+//!
+//! Each hub publishes [`ToPeer`] messages on one subject, in the order it committed them,
+//! after they committed; every hub subscribes and applies the others' messages to its own
+//! memory and viewers (`Hub::apply_peer`). NATS core may drop messages (a hub disconnected,
+//! a slow consumer): nothing is lost by that, because the store has every batch before its
+//! message leaves. A hub that sees a batch above the next one it expects reads the missing
+//! ones from the store first, and a hub that (re)connects to NATS reads every run again, so
+//! viewers still get each point exactly once.
+//!
+//! Publishing never waits: messages go through a bounded queue to a forwarding task; when
+//! it is full a message is dropped, counted, and healed as above.
+
+use crate::hub::Hub;
+use axum::body::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use stepstream_protocol::ToPeer;
+use tokio::sync::mpsc;
+
+/// The one subject every hub of a cluster publishes on: one subject keeps one hub's
+/// messages in the order it sent them (a run before its batches).
+pub const SUBJECT: &str = "stepstream.peer";
+
+/// Messages a hub may have queued for NATS before it drops (and counts) them.
+const OUTBOX: usize = 65_536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cannot reach NATS at {url}: {source}")]
+    Connect {
+        url: String,
+        source: async_nats::ConnectError,
+    },
+    #[error("cannot subscribe to {SUBJECT}: {0}")]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error("a cluster needs a shared store: pass --store postgres://... with --nats")]
+    NotShared,
+}
+
+/// This hub's place in a cluster: its id, and its way out to the others.
+pub struct Cluster {
+    /// Random per process: names this hub in peer messages and judge leases.
+    pub hub_id: u64,
+    outbox: mpsc::Sender<Vec<u8>>,
+    /// Messages dropped because the outbox was full.
+    pub dropped: AtomicU64,
+    client: async_nats::Client,
+}
+
+impl Cluster {
+    /// Connects to NATS (retrying until it answers) and starts the forwarding task.
+    pub async fn connect(url: &str) -> Result<(Arc<Cluster>, Reconnects), ClusterError> {
+        let mut id = [0u8; 8];
+        getrandom::fill(&mut id).expect("the OS random source");
+        let hub_id = u64::from_le_bytes(id) | 1;
+        let (reconnected, reconnects) = mpsc::channel(4);
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("stepstream-hub-{hub_id:016x}"))
+            .event_callback(move |event| {
+                let reconnected = reconnected.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Connected => {
+                            tracing::info!("connected to NATS");
+                            let _ = reconnected.try_send(());
+                        }
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!(
+                                "lost NATS; other hubs' runs are read again once it is back"
+                            )
+                        }
+                        other => tracing::debug!(event = %other, "NATS"),
+                    }
+                }
+            })
+            .connect(url)
+            .await
+            .map_err(|source| ClusterError::Connect {
+                url: url.to_string(),
+                source,
+            })?;
+        let (outbox, mut queued) = mpsc::channel::<Vec<u8>>(OUTBOX);
+        let sender = client.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = queued.recv().await {
+                if let Err(e) = sender.publish(SUBJECT, Bytes::from(frame)).await {
+                    tracing::warn!(error = %e, "could not publish to the other hubs");
+                }
+            }
+        });
+        tracing::info!(hub = format!("{hub_id:016x}"), %url, "joined the cluster");
+        let cluster = Arc::new(Cluster {
+            hub_id,
+            outbox,
+            dropped: AtomicU64::new(0),
+            client,
+        });
+        Ok((cluster, Reconnects(reconnects)))
+    }
+
+    /// Queues a message for the other hubs without waiting.
+    pub fn publish(&self, msg: ToPeer) {
+        if self.outbox.try_send(msg.encode()).is_err() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n,
+                    "the NATS outbox is full; other hubs catch up from the store"
+                );
+            }
+        }
+    }
+
+    /// Applies the other hubs' messages to `hub` until it is gone; reads every run again
+    /// from the store whenever NATS (re)connects, since messages may have been missed.
+    pub async fn follow(
+        self: Arc<Cluster>,
+        hub: Weak<Hub>,
+        mut reconnects: Reconnects,
+    ) -> Result<(), ClusterError> {
+        use futures_util::StreamExt;
+        let mut inbox = self.client.subscribe(SUBJECT).await?;
+        loop {
+            tokio::select! {
+                msg = inbox.next() => {
+                    let Some(msg) = msg else { return Ok(()) };
+                    let Some(hub) = hub.upgrade() else { return Ok(()) };
+                    match ToPeer::decode(&msg.payload) {
+                        Ok(peer) => hub.apply_peer(peer).await,
+                        Err(e) => tracing::warn!(error = %e, "an undecodable message from another hub"),
+                    }
+                }
+                Some(()) = reconnects.0.recv() => {
+                    let Some(hub) = hub.upgrade() else { return Ok(()) };
+                    hub.catch_up_from_store().await;
+                }
+            }
+        }
+    }
+}
+
+/// Signals that NATS (re)connected.
+pub struct Reconnects(mpsc::Receiver<()>);

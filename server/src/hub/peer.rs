@@ -1,0 +1,315 @@
+//! The hub as one of several (see `cluster.rs`): what it tells the others, what it takes
+//! from them, and which runs it judges.
+//!
+//! Another hub's batch is applied exactly like a local one after its commit: the run's tail
+//! moves, then the batch goes to this hub's viewers, so the history/live seam stays exact. A
+//! batch above the next expected one means messages were missed: the missing batches are
+//! read from the shared store first (they committed before their message left).
+
+use super::{judge::Job, Hub, LiveEvent, Run, RunState};
+use crate::store::{RunKey, StoredRun};
+use std::collections::HashSet;
+use std::sync::Arc;
+use stepstream_protocol::{
+    unix_now, Live, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord,
+    ToPeer, ToViewer,
+};
+
+/// How long a judge lease lasts unless renewed; a dead hub's runs are taken over after it.
+pub const LEASE_TTL_S: f64 = 3.0;
+/// How often a hub renews its leases and looks for expired ones.
+const LEASE_EVERY_S: f64 = 1.0;
+
+impl Hub {
+    /// This hub's id in its cluster, or 0 alone.
+    fn hub_id(&self) -> u64 {
+        self.cluster.get().map_or(0, |c| c.hub_id)
+    }
+
+    /// Tells the other hubs, if there are any.
+    pub(super) fn tell_peers(&self, make: impl FnOnce(u64) -> ToPeer) {
+        if let Some(cluster) = self.cluster.get() {
+            cluster.publish(make(cluster.hub_id));
+        }
+    }
+
+    pub(super) fn tell_batch(&self, run_id: &RunId, seq: u64, records: &[StepRecord]) {
+        self.tell_peers(|hub| {
+            ToPeer::PeerBatch(PeerBatch {
+                hub,
+                run_id: run_id.clone(),
+                seq,
+                records: records.to_vec(),
+            })
+        });
+    }
+
+    pub(super) fn tell_run(&self, run_id: &RunId, change: Option<StatusChange>) {
+        self.tell_peers(|hub| {
+            ToPeer::PeerRun(PeerRun {
+                hub,
+                run_id: run_id.clone(),
+                change,
+            })
+        });
+    }
+
+    /// Whether this hub judges the run (status and alerts): always when it is alone; in a
+    /// cluster, only while it holds the run's lease.
+    pub(super) fn judges(&self, key: RunKey) -> bool {
+        match &*self.judging.lock().unwrap_or_else(|e| e.into_inner()) {
+            None => true,
+            Some(mine) => mine.contains(&key),
+        }
+    }
+
+    /// Renews this hub's judge leases (at most once a second), takes expired ones, and with
+    /// `take` that run's lease (its collector connected here, so its heartbeats arrive here).
+    pub(super) async fn renew_leases(&self, take: Option<RunKey>) {
+        if self.cluster.get().is_none() {
+            return;
+        }
+        let now = unix_now();
+        {
+            let mut last = self.leases_at.lock().unwrap_or_else(|e| e.into_inner());
+            if take.is_none() && now - *last < LEASE_EVERY_S {
+                return;
+            }
+            *last = now;
+        }
+        match self
+            .store
+            .judge_leases(self.hub_id(), LEASE_TTL_S, take)
+            .await
+        {
+            Ok(Some(keys)) => {
+                let keys: HashSet<RunKey> = keys.into_iter().collect();
+                let mut judging = self.judging.lock().unwrap_or_else(|e| e.into_inner());
+                let before = judging.as_ref().map_or(0, |k| k.len());
+                if keys.len() != before {
+                    tracing::info!(runs = keys.len(), "runs this hub judges");
+                }
+                *judging = Some(keys);
+            }
+            Ok(None) => {}
+            // Unrenewed leases lapse and another hub judges: better than two judges.
+            Err(e) => {
+                tracing::warn!(error = %e, "could not renew judge leases");
+                *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+            }
+        }
+    }
+
+    /// The run as this hub knows it, read from the store when it was created through
+    /// another hub (or changed there); `None` when the store has no such run.
+    pub(super) async fn refresh(&self, run_id: &RunId) -> Option<Arc<Run>> {
+        let stored = match self.store.load_run(run_id.clone()).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(run = %run_id, error = %e, "could not read a run another hub changed");
+                return self.run(run_id);
+            }
+        };
+        Some(self.adopt(stored).await)
+    }
+
+    /// Brings a stored run into memory, or this hub's copy up to date with it: identity,
+    /// status, metrics, and any batches this hub missed (sent to its viewers in order).
+    async fn adopt(&self, stored: StoredRun) -> Arc<Run> {
+        let run_id = stored.identity.run_id.clone();
+        let run = self.run(&run_id).unwrap_or_else(|| {
+            let mut state = RunState::new(
+                stored.identity.clone(),
+                Default::default(),
+                stored.metrics.clone(),
+            );
+            state.last_activity = stored.last_activity;
+            let run = Arc::new(Run::new(stored.key, state));
+            self.runs
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(run_id.clone())
+                .or_insert(run)
+                .clone()
+        });
+        let fresh = run.state_mut(|st| {
+            st.identity = stored.identity.clone();
+            st.status = stored.status;
+            st.status_message = stored.status_message.clone();
+            st.last_activity = st.last_activity.max(stored.last_activity);
+            let known: HashSet<_> = st.metrics.iter().map(|m| m.id).collect();
+            let fresh: Vec<_> = stored
+                .metrics
+                .iter()
+                .filter(|m| !known.contains(&m.id))
+                .cloned()
+                .collect();
+            st.metrics.extend(fresh.iter().cloned());
+            st.metrics.sort_by_key(|m| m.id);
+            st.dirty = true;
+            fresh
+        });
+        if !fresh.is_empty() {
+            let _ = run.live.send(LiveEvent::Metrics(fresh));
+        }
+        self.catch_up(&run, stored.tail.last_seq).await;
+        run
+    }
+
+    /// Applies the stored batches above this hub's tail of the run, through `seq`.
+    async fn catch_up(&self, run: &Arc<Run>, through: u64) {
+        let _guard = run.ingest.lock().await;
+        let last = run.state(|st| st.tail.last_seq);
+        if through <= last {
+            return;
+        }
+        let missed = self
+            .store
+            .scan(run.key, last, through, Vec::new(), |out, seq, records| {
+                out.push((seq, records.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            })
+            .await;
+        match missed {
+            Ok(batches) => {
+                for (seq, records) in batches {
+                    self.apply_remote_batch(run, seq, records);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read batches another hub stored"),
+        }
+    }
+
+    /// One batch another hub committed, in order (the caller holds the run's ingest lock).
+    fn apply_remote_batch(&self, run: &Arc<Run>, seq: u64, records: Vec<StepRecord>) {
+        let now = unix_now();
+        let run_id = run.state_mut(|st| {
+            st.tail = st.tail.after(seq, &records);
+            st.last_activity = now;
+            st.dirty = true;
+            st.identity.run_id.clone()
+        });
+        let records: Arc<[StepRecord]> = records.into();
+        if run.live.receiver_count() > 0 {
+            let frame = super::encode(ToViewer::Live(Live {
+                run_id,
+                seq,
+                records: records.to_vec(),
+            }));
+            let _ = run.live.send(LiveEvent::Batch {
+                seq,
+                records: records.clone(),
+                frame,
+            });
+        }
+        // Every hub keeps each run's rule state warm; only the run's judge raises.
+        self.judge(Job::Records {
+            run: run.clone(),
+            records,
+            now,
+        });
+    }
+
+    /// A message from another hub.
+    pub async fn apply_peer(&self, msg: ToPeer) {
+        match msg {
+            ToPeer::PeerBatch(b) if b.hub != self.hub_id() => {
+                let Some(run) = self.run_or_refresh(&b.run_id).await else {
+                    return;
+                };
+                let last = run.state(|st| st.tail.last_seq);
+                if b.seq <= last {
+                    return;
+                }
+                if b.seq > last + 1 {
+                    self.catch_up(&run, b.seq - 1).await;
+                }
+                let _guard = run.ingest.lock().await;
+                if run.state(|st| st.tail.last_seq) + 1 == b.seq {
+                    self.apply_remote_batch(&run, b.seq, b.records);
+                }
+            }
+            ToPeer::PeerMetrics(m) if m.hub != self.hub_id() => {
+                let Some(run) = self.run_or_refresh(&m.run_id).await else {
+                    return;
+                };
+                let fresh = run.state_mut(|st| {
+                    let fresh: Vec<_> = m
+                        .metrics
+                        .into_iter()
+                        .filter(|d| st.metric_name(d.id).is_none())
+                        .collect();
+                    st.metrics.extend(fresh.iter().cloned());
+                    st.metrics.sort_by_key(|d| d.id);
+                    fresh
+                });
+                if !fresh.is_empty() {
+                    let _ = run.live.send(LiveEvent::Metrics(fresh));
+                }
+            }
+            ToPeer::PeerRun(r) if r.hub != self.hub_id() => {
+                let Some(run) = self.refresh(&r.run_id).await else {
+                    return;
+                };
+                match r.change {
+                    Some(change) => self.publish_status(&run, change),
+                    None => self.publish_update(&run),
+                }
+            }
+            ToPeer::PeerAlert(PeerAlert { hub, alert }) if hub != self.hub_id() => {
+                if let Some(run) = self.run(&alert.run_id) {
+                    let _ = run.live.send(LiveEvent::Alert(alert));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    async fn run_or_refresh(&self, run_id: &RunId) -> Option<Arc<Run>> {
+        match self.run(run_id) {
+            Some(run) => Some(run),
+            None => self.refresh(run_id).await,
+        }
+    }
+
+    /// Reads every run again from the store and applies what this hub missed (NATS came
+    /// back after an outage, or this hub just joined).
+    pub async fn catch_up_from_store(&self) {
+        match self.store.load_runs().await {
+            Ok(runs) => {
+                let n = runs.len();
+                for stored in runs {
+                    let run = self.adopt(stored).await;
+                    self.publish_update(&run);
+                }
+                tracing::info!(runs = n, "caught up with the shared store");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read the runs from the shared store"),
+        }
+    }
+
+    /// A status this hub decided (its judge, a hello, a finish), for the other hubs.
+    pub(super) fn tell_status(&self, change: &StatusChange) {
+        self.tell_run(&change.run_id, Some(change.clone()));
+    }
+
+    pub(super) fn tell_metrics(&self, run_id: &RunId, metrics: &[stepstream_protocol::MetricDef]) {
+        self.tell_peers(|hub| {
+            ToPeer::PeerMetrics(PeerMetrics {
+                hub,
+                run_id: run_id.clone(),
+                metrics: metrics.to_vec(),
+            })
+        });
+    }
+
+    pub(super) fn tell_alert(&self, alert: &stepstream_protocol::Alert) {
+        self.tell_peers(|hub| {
+            ToPeer::PeerAlert(PeerAlert {
+                hub,
+                alert: alert.clone(),
+            })
+        });
+    }
+}

@@ -1,0 +1,263 @@
+//! The cluster engine: one PostgreSQL database shared by several hubs (`--store
+//! postgres://...`). Same tables and meaning as SQLite's; the writer claim and the judges'
+//! leases live here too, because no hub's memory sees the others' connections.
+//!
+//! * `schema` — the tables and their versioned migrations, loading runs.
+//! * `writer` — what each write command does inside the group's transaction.
+
+mod schema;
+mod writer;
+
+use super::blob::visit_values;
+use super::command::{writer_loop, Command};
+use super::{Batches, Result, RunKey, StoreError, StoredRun};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls};
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+use stepstream_protocol::{MetricId, RunId, StepRecord};
+use tokio::sync::mpsc;
+
+/// Reads on the blocking pool at once, at most (each holds one PostgreSQL connection).
+const READERS: usize = 16;
+
+/// PostgreSQL's read side; cheap to clone.
+#[derive(Clone)]
+pub(super) struct Reads {
+    clients: Arc<Mutex<Vec<Client>>>,
+    reading: Arc<tokio::sync::Semaphore>,
+    url: Arc<String>,
+}
+
+fn connect(url: &str) -> Result<Client> {
+    Ok(Client::connect(url, NoTls)?)
+}
+
+/// Connects, migrates, starts the writer thread, and returns the runs stored. Blocking.
+pub(super) fn open(url: &str) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
+    let mut client = connect(url)?;
+    schema::migrate(&mut client)?;
+    let runs = schema::load(&mut client, None)?;
+    let (tx, rx) = mpsc::channel(4096);
+    std::thread::Builder::new()
+        .name("stepstream-db-writer".into())
+        .spawn(move || writer_loop(writer::Postgres(client), rx))
+        .expect("spawn the database writer thread");
+    let reads = Reads {
+        clients: Arc::new(Mutex::new(Vec::new())),
+        reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
+        url: Arc::new(url.to_string()),
+    };
+    Ok((tx, reads, runs))
+}
+
+/// Blobs of `run_key`'s batches with `after < seq <= through`, in sequence order.
+const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $2 AND seq <= $3 \
+                    ORDER BY seq";
+
+impl Reads {
+    /// Runs `f` on a pooled connection on the blocking pool. A connection that failed is
+    /// dropped, not pooled, so a restarted server is reconnected to on the next read.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let clients = self.clients.clone();
+        let url = self.url.clone();
+        let permit = self
+            .reading
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let pooled = clients.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let mut client = match pooled {
+                Some(c) if !c.is_closed() => c,
+                _ => connect(&url)?,
+            };
+            let out = f(&mut client);
+            let mut pool = clients.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < READERS && out.is_ok() {
+                pool.push(client);
+            }
+            out
+        })
+        .await
+        .map_err(|e| StoreError::Join(e.to_string()))?
+    }
+
+    pub(super) async fn size(&self) -> Result<u64> {
+        self.read(|c| {
+            let n: i64 = c
+                .query_one("SELECT pg_database_size(current_database())", &[])?
+                .get(0);
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    pub(super) async fn load_runs(&self) -> Result<Vec<StoredRun>> {
+        self.read(|c| schema::load(c, None)).await
+    }
+
+    pub(super) async fn load_run(&self, run_id: RunId) -> Result<Option<StoredRun>> {
+        self.read(move |c| Ok(schema::load(c, Some(run_id.as_str()))?.pop()))
+            .await
+    }
+
+    pub(super) async fn alerts(
+        &self,
+        key: RunKey,
+        run_id: RunId,
+    ) -> Result<Vec<stepstream_protocol::Alert>> {
+        self.read(move |c| {
+            let rows = c.query(
+                "SELECT rule, fired, step, value, message, at FROM alerts WHERE run_key = $1 \
+                 ORDER BY at, id",
+                &[&key],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|r| stepstream_protocol::Alert {
+                    run_id: run_id.clone(),
+                    rule: r.get(0),
+                    fired: r.get(1),
+                    step: r.get(2),
+                    value: r.get::<_, Option<f64>>(3).unwrap_or(f64::NAN),
+                    message: r.get(4),
+                    at: r.get(5),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    pub(super) async fn scan<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        after_seq: u64,
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            let mut batches = Batches::new(key);
+            let params: [i64; 3] = [key, after_seq as i64, through_seq as i64];
+            let mut rows = c.query_raw(SCAN, params)?;
+            while let Some(row) = rows.next()? {
+                let seq = row.get::<_, i64>(0) as u64;
+                if batches
+                    .visit(seq, row.get::<_, &[u8]>(1), &mut state, &mut f)?
+                    .is_break()
+                {
+                    break;
+                }
+            }
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn scan_values<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        after_seq: u64,
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            let params: [i64; 3] = [key, after_seq as i64, through_seq as i64];
+            let mut rows = c.query_raw(SCAN, params)?;
+            while let Some(row) = rows.next()? {
+                let seq = row.get::<_, i64>(0) as u64;
+                visit_values(row.get::<_, &[u8]>(1), |s, t, id, v| {
+                    f(&mut state, s, t, id, v)
+                })
+                .ok_or(StoreError::Corrupt { run_key: key, seq })?;
+            }
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn step_bounds(&self, key: RunKey) -> Result<Option<(i64, i64)>> {
+        self.read(move |c| {
+            let row = c.query_one(
+                "SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = $1",
+                &[&key],
+            )?;
+            let (lo, hi): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
+            Ok(lo.zip(hi))
+        })
+        .await
+    }
+
+    pub(super) async fn scan_steps<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        (lo, hi): (i64, i64),
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            // The same bound as SQLite's: a batch overlapping `lo..=hi` starts no further
+            // below `lo` than the run's widest batch spans.
+            let params: [i64; 4] = [key, lo, hi, through_seq as i64];
+            let mut rows = c.query_raw(
+                "SELECT seq, data FROM batches WHERE run_key = $1 AND lo_step >= $2 - (SELECT \
+                 max_span FROM runs WHERE key = $1) AND lo_step <= $3 AND hi_step >= $2 AND \
+                 seq <= $4 ORDER BY seq",
+                params,
+            )?;
+            let mut batches = Batches::new(key);
+            while let Some(row) = rows.next()? {
+                let seq = row.get::<_, i64>(0) as u64;
+                if batches
+                    .visit(seq, row.get::<_, &[u8]>(1), &mut state, &mut f)?
+                    .is_break()
+                {
+                    break;
+                }
+            }
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn config(&self, key: RunKey) -> Result<Option<String>> {
+        self.read(move |c| {
+            Ok(
+                c.query_opt("SELECT config FROM runs WHERE key = $1", &[&key])?
+                    .map(|r| r.get(0)),
+            )
+        })
+        .await
+    }
+
+    /// See [`super::Store::judge_leases`]: one statement renews this hub's leases, takes the
+    /// expired ones (and `take`), and returns every run this hub judges now. Finished runs
+    /// need no judge and are left alone.
+    pub(super) async fn judge_leases(
+        &self,
+        hub: u64,
+        ttl: f64,
+        take: Option<RunKey>,
+    ) -> Result<Vec<RunKey>> {
+        self.read(move |c| {
+            let now = stepstream_protocol::unix_now();
+            let rows = c.query(
+                "INSERT INTO judges (run_key, hub, until) SELECT key, $1, $2 FROM runs WHERE \
+                 status IN ('running', 'stale') OR key = $4 ON CONFLICT (run_key) DO UPDATE SET \
+                 hub = excluded.hub, until = excluded.until WHERE judges.hub = excluded.hub OR \
+                 judges.until < $3 OR judges.run_key = $4 RETURNING run_key",
+                &[&(hub as i64), &(now + ttl), &now, &take.unwrap_or(-1)],
+            )?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    }
+}

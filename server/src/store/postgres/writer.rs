@@ -1,0 +1,179 @@
+//! PostgreSQL's side of the writer thread: each command applied inside the group's
+//! transaction, with the same meaning as SQLite's, plus the writer claim that several hubs
+//! need (a hub's memory only knows its own connections).
+
+use super::super::blob::{encode_records, encode_values, step_range};
+use super::super::command::{Applied, Command, Engine};
+use super::super::{Result, RunKey, StoreError};
+
+/// A writer silent this long no longer holds its run (the hub's own rule, kept in the
+/// shared store so every hub applies it).
+pub(super) const WRITER_SILENCE_S: f64 = 15.0;
+
+/// The write connection, owned by the writer thread.
+pub(in crate::store) struct Postgres(pub(in crate::store) postgres::Client);
+
+impl Engine for Postgres {
+    type Tx<'a> = postgres::Transaction<'a>;
+
+    fn begin(&mut self) -> Result<Self::Tx<'_>> {
+        Ok(self.0.transaction()?)
+    }
+
+    fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied> {
+        apply(tx, cmd)
+    }
+
+    fn commit(tx: Self::Tx<'_>) -> Result<()> {
+        Ok(tx.commit()?)
+    }
+}
+
+fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
+    match cmd {
+        Command::UpsertRun {
+            identity,
+            writer,
+            at,
+            ..
+        } => {
+            // The run is (re)claimed only by its own writer, when nobody holds it, or from a
+            // writer silent past the limit (its hub died with the connection).
+            let row = tx.query_opt(
+                "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
+                 started_at, status, last_activity, job, framework, writer) VALUES ($1, $2, $3, \
+                 $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12) ON CONFLICT (run_id) DO \
+                 UPDATE SET project = excluded.project, name = excluded.name, config = \
+                 excluded.config, host = excluded.host, rank = excluded.rank, world_size = \
+                 excluded.world_size, job = excluded.job, framework = excluded.framework, \
+                 status = 'running', status_message = NULL, last_activity = \
+                 excluded.last_activity, writer = excluded.writer WHERE runs.writer = 0 OR \
+                 runs.writer = excluded.writer OR runs.last_activity < excluded.last_activity - \
+                 $13 RETURNING key",
+                &[
+                    &identity.run_id.as_str(),
+                    &identity.project,
+                    &identity.name,
+                    &identity.config_json,
+                    &identity.host,
+                    &(identity.rank as i64),
+                    &(identity.world_size as i64),
+                    &identity.started_at,
+                    at,
+                    &identity.job,
+                    &identity.framework,
+                    &(*writer as i64),
+                    &WRITER_SILENCE_S,
+                ],
+            )?;
+            Ok(match row {
+                Some(row) => Applied::Key(row.get::<_, RunKey>(0)),
+                None => Applied::Refused(format!(
+                    "run {} is being written by another collector, through another hub; use \
+                     another run id, or stop the other writer",
+                    identity.run_id
+                )),
+            })
+        }
+        Command::DefineMetrics { key, metrics, .. } => {
+            let stmt = tx.prepare(
+                "INSERT INTO metrics (run_key, id, name) VALUES ($1, $2, $3) ON CONFLICT DO \
+                 NOTHING",
+            )?;
+            for m in metrics {
+                tx.execute(&stmt, &[key, &(m.id.0 as i64), &m.name])?;
+            }
+            Ok(Applied::Done)
+        }
+        Command::AppendBatch {
+            key,
+            seq,
+            records,
+            tail,
+            ..
+        } => {
+            let range = step_range(records);
+            let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;
+            let inserted = tx.execute(
+                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) VALUES ($1, $2, \
+                 $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    key,
+                    &(*seq as i64),
+                    &(records.len() as i32),
+                    &blob,
+                    &range.map(|r| r.0),
+                    &range.map(|r| r.1),
+                ],
+            )?;
+            if inserted == 0 {
+                return Ok(Applied::Inserted(false));
+            }
+            if let Some((lo, hi)) = range {
+                tx.execute(
+                    "UPDATE runs SET max_span = $2 WHERE key = $1 AND max_span < $2",
+                    &[key, &hi.saturating_sub(lo)],
+                )?;
+            }
+            tx.execute(
+                "UPDATE runs SET last_seq = $2, last_step = $3, last_point_at = $4, records = \
+                 $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
+                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
+                 last_seq < $2",
+                &[
+                    key,
+                    &(tail.last_seq as i64),
+                    &tail.last_step,
+                    &tail.last_point_at,
+                    &(tail.records as i64),
+                    &encode_values(&tail.last_values),
+                    &stepstream_protocol::unix_now(),
+                ],
+            )?;
+            Ok(Applied::Inserted(true))
+        }
+        Command::SetStatus {
+            key,
+            status,
+            message,
+            at,
+            ..
+        } => {
+            tx.execute(
+                "UPDATE runs SET status = $2, status_message = $3, status_at = $4 WHERE key = $1",
+                &[key, &status.as_str(), message, at],
+            )?;
+            Ok(Applied::Done)
+        }
+        Command::AddAlert { key, alert, .. } => {
+            tx.execute(
+                "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) VALUES ($1, \
+                 $2, $3, $4, $5, $6, $7)",
+                &[
+                    key,
+                    &alert.rule,
+                    &alert.fired,
+                    &alert.step,
+                    &alert.value.is_finite().then_some(alert.value),
+                    &alert.message,
+                    &alert.at,
+                ],
+            )?;
+            Ok(Applied::Done)
+        }
+        Command::Touch { key, at } => {
+            tx.execute(
+                "UPDATE runs SET last_activity = GREATEST(last_activity, $2) WHERE key = $1",
+                &[key, at],
+            )?;
+            Ok(Applied::Done)
+        }
+        Command::ReleaseWriter { key, writer } => {
+            tx.execute(
+                "UPDATE runs SET writer = 0 WHERE key = $1 AND writer = $2",
+                &[key, &(*writer as i64)],
+            )?;
+            Ok(Applied::Done)
+        }
+    }
+}

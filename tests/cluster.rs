@@ -1,0 +1,400 @@
+//! Three hubs as one: Debian's PostgreSQL (a throw-away cluster from `initdb`), Debian's
+//! `nats-server`, and nginx balancing collectors over the hubs, as
+//! `docs/cluster/nginx.conf` does. A collector streams through nginx to hub A, a viewer
+//! watches on hub B; A is SIGKILLed mid-stream and the collector continues through another
+//! hub; every point arrives once; one hub judges a silent run stale, so one alert is sent,
+//! not three; hub C lists every run.
+
+use crate::util::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::*;
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A throw-away PostgreSQL cluster in a temporary folder, stopped on drop.
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+/// Runs a PostgreSQL tool as the `postgres` user when we are root (`initdb` refuses root).
+fn pg_command(tool: &str) -> Command {
+    let bin = format!("{PG_BIN}/{tool}");
+    assert!(
+        Path::new(&bin).exists(),
+        "{bin} is missing: scripts/test installs Debian's `postgresql` package"
+    );
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", &bin]);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        let dir = tempfile::Builder::new().prefix("pg").tempdir().unwrap();
+        // The server runs as `postgres` when we are root: it must own its folder.
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status();
+        let data = dir.path().join("data");
+        let ok = pg_command("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "-D"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "initdb failed");
+        let port = free_port();
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c \
+             max_connections=200",
+            dir.path().display()
+        );
+        let ok = pg_command("pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-o", &opts, "-l"])
+            .arg(dir.path().join("log"))
+            .arg("start")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "pg_ctl start failed");
+        Postgres { dir, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = pg_command("pg_ctl")
+            .args(["-D"])
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// Debian's `nats-server` on a free port, killed on drop.
+pub struct Nats {
+    child: Child,
+    pub port: u16,
+}
+
+impl Nats {
+    pub fn start() -> Nats {
+        let port = free_port();
+        let child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server: scripts/test installs Debian's `nats-server` package");
+        wait_for("nats-server", Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        Nats { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx on `port` in front of `hubs`: the first takes every connection while it is up, the
+/// others are its backups (so the test knows which hub the collector starts on).
+struct Balancer {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn balancer(port: u16, hubs: &[u16]) -> Balancer {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let servers: String = hubs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let backup = if i == 0 { "" } else { " backup" };
+            format!("    server 127.0.0.1:{p} max_fails=1 fail_timeout=30s{backup};\n")
+        })
+        .collect();
+    let conf = format!(
+        "worker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+         events {{ worker_connections 512; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+           fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+           map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
+           upstream hubs {{\n{servers}  }}\n\
+           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+               proxy_pass http://hubs;\n      proxy_next_upstream error timeout;\n\
+               proxy_connect_timeout 2s;\n      proxy_http_version 1.1;\n\
+               proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n\
+               proxy_set_header Host $http_host;\n      proxy_buffering off;\n\
+               proxy_read_timeout 1h;\n      client_max_body_size 17m;\n    }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("nginx is not installed: scripts/test installs Debian's `nginx` package");
+    let child = Command::new(bin)
+        .args([
+            "-p",
+            &d.to_string(),
+            "-c",
+            "nginx.conf",
+            "-g",
+            "daemon off;",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    wait_for("nginx", Duration::from_secs(10), || {
+        TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    Balancer { child, _dir: dir }
+}
+
+/// A real HTTP receiver for the webhook channel: counts the notices naming `rule` fired.
+struct Hook {
+    port: u16,
+    fired: Arc<AtomicUsize>,
+}
+
+impl Hook {
+    fn start(rule: &'static str) -> Hook {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fired = Arc::new(AtomicUsize::new(0));
+        let count = fired.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream);
+                let mut length = 0usize;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let notice: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                if notice["rule"] == rule && notice["state"] == "fired" {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                let mut stream = reader.into_inner();
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        Hook { port, fired }
+    }
+}
+
+const STEPS: i64 = 6_000;
+
+#[test]
+fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let hook = Hook::start("stale");
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        format!(
+            "[[channels]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{}/hook\"\n",
+            hook.port
+        ),
+    )
+    .unwrap();
+    let lb_port = free_port();
+    let lb_host = format!("127.0.0.1:{lb_port}");
+    let (store, bus) = (pg.url(), nats.url());
+    let args: Vec<String> = [
+        "--store",
+        &store,
+        "--nats",
+        &bus,
+        "--stale-after",
+        "2",
+        "--fail-after",
+        "12",
+        "--alerts",
+        alerts.to_str().unwrap(),
+        "--allow-host",
+        &lb_host,
+    ]
+    .map(String::from)
+    .to_vec();
+    // Three hubs starting at once create the schema once (an advisory lock).
+    let starts: Vec<_> = (0..3)
+        .map(|_| {
+            let args = args.clone();
+            std::thread::spawn(move || {
+                Hub::start_logged(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+        })
+        .collect();
+    let mut hubs: Vec<Hub> = starts.into_iter().map(|t| t.join().unwrap()).collect();
+    let c = hubs.pop().unwrap();
+    let b = hubs.pop().unwrap();
+    let mut a = hubs.pop().unwrap();
+    let _lb = balancer(lb_port, &[a.port, b.port, c.port]);
+
+    // A collector streams through the balancer, which sends it to hub A.
+    let run = Collector::start(Options::new(
+        &format!("ws://{lb_host}"),
+        "fleet",
+        "through-a",
+    ))
+    .unwrap();
+    let run_id = run.run_id().clone();
+    let writer = std::thread::spawn(move || {
+        for step in 0..STEPS {
+            run.log(step, &[("loss", 1.0 / (1.0 + step as f64)), ("lr", 1e-3)]);
+            if step % 20 == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        run.finish(Outcome::Finished)
+    });
+    // Hub B learns of the run through NATS; a viewer there takes history, then live.
+    wait_for("hub B to list the run", Duration::from_secs(30), || {
+        b.run_json(run_id.as_str())
+    });
+    let mut viewer = Viewer::connect(&b);
+    viewer.subscribe(std::slice::from_ref(&run_id), None);
+    wait_for("the run a third in", Duration::from_secs(60), || {
+        let last = b.run_json(run_id.as_str())?["last_step"].as_i64()?;
+        (last >= STEPS / 3).then_some(())
+    });
+    assert!(
+        a.logged().contains(run_id.as_str()),
+        "the collector started on hub A"
+    );
+    a.kill9();
+    let report = writer.join().unwrap();
+    assert!(report.delivered, "{report:?}");
+    assert_eq!(report.acked, STEPS as u64);
+
+    // Every point once on hub B's viewer (its `Live` check refuses a repeated batch).
+    let all = viewer.pump(Duration::from_secs(60), |v| {
+        v.runs.get(&run_id).is_some_and(|s| {
+            s.count("loss") == STEPS as usize && s.status == Some(RunStatus::Finished)
+        })
+    });
+    let seen = &viewer.runs[&run_id];
+    assert!(
+        all,
+        "hub B's viewer has {} of {STEPS} points, status {:?}",
+        seen.count("loss"),
+        seen.status
+    );
+    assert!(seen.duplicates("loss").is_empty());
+    assert_eq!(seen.duplicates("lr"), Vec::<i64>::new());
+
+    // Hub C, which no collector used, serves the whole run from the shared store.
+    let csv = c.get(&format!("/api/runs/{run_id}/metrics.csv"));
+    let (_, rows) = parse_csv(&csv.text());
+    let steps: Vec<i64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(steps, (0..STEPS).collect::<Vec<_>>(), "every step once");
+
+    // A run whose collector on hub B sends only heartbeats: hub B judges it (the others
+    // never see its heartbeats), so it stays running; silent, it turns stale once: one alert
+    // stored and sent, not one per hub.
+    let mut quiet = RawCollector::connect(&b);
+    quiet.send(hello("quiet", None));
+    assert!(matches!(quiet.recv(), Some(FromHub::Welcome(_))));
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(500));
+        quiet.send(ToHub::Heartbeat(Heartbeat {
+            wall_time: unix_now(),
+        }));
+    }
+    let stale_alerts = |hub: &Hub| {
+        let stored = hub.json("/api/runs/quiet/alerts");
+        stored["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["rule"] == "stale" && a["state"] == "fired")
+            .count()
+    };
+    assert_eq!(c.run_json("quiet").unwrap()["status"], "running");
+    assert_eq!(
+        stale_alerts(&c),
+        0,
+        "a hub without the heartbeats judged the run"
+    );
+    wait_for(
+        "the silent run stale on hub C",
+        Duration::from_secs(20),
+        || (c.run_json("quiet")?["status"] == "stale").then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(stale_alerts(&c), 1);
+    assert_eq!(hook.fired.load(Ordering::SeqCst), 1, "stale notices sent");
+
+    // Its judge dies: hub C takes the lease over and judges it failed at 12 s of silence.
+    let mut b = b;
+    b.kill9();
+    wait_for(
+        "hub C to judge the run failed",
+        Duration::from_secs(30),
+        || (c.run_json("quiet")?["status"] == "failed").then_some(()),
+    );
+    assert!(c.logged().contains("runs this hub judges"));
+
+    // The web app's socket on hub C lists both runs.
+    let mut on_c = Viewer::connect(&c);
+    assert!(on_c.pump(Duration::from_secs(10), |v| {
+        let ids: Vec<&str> = v.run_list.iter().map(|r| r.run_id.as_str()).collect();
+        ids.contains(&run_id.as_str()) && ids.contains(&"quiet")
+    }));
+    drop(quiet);
+}
