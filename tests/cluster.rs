@@ -356,6 +356,17 @@ fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
             wall_time: unix_now(),
         }));
     }
+    // A second collector on that live run, through another hub, is refused.
+    let mut second = RawCollector::connect(&c);
+    let ToHub::Hello(mut other) = hello("quiet", None) else {
+        unreachable!()
+    };
+    other.writer = 8;
+    second.send(ToHub::Hello(other));
+    match second.recv() {
+        Some(FromHub::HubError(e)) => assert_eq!(e.code, ErrorCode::Conflict, "{e:?}"),
+        other => panic!("a second writer through hub C got {other:?}"),
+    }
     let stale_alerts = |hub: &Hub| {
         let stored = hub.json("/api/runs/quiet/alerts");
         stored["alerts"]

@@ -196,7 +196,7 @@ impl Hub {
 
     /// Judges staleness and publishes the run-list updates gathered since the last tick.
     pub async fn tick(&self) {
-        self.renew_leases(None).await;
+        self.renew_leases().await;
         let now = unix_now();
         for run in self.runs() {
             if !self.judges(run.key) {

@@ -272,7 +272,7 @@ impl Hub {
             Err(e) => return Err(e.into()),
         };
         // The collector's heartbeats arrive here: this hub judges the run.
-        self.renew_leases(Some(key)).await;
+        self.take_lease(key).await;
         let run = match existing {
             Some(run) => {
                 let (was, resolved) = run.state_mut(|st| {

@@ -63,25 +63,20 @@ impl Hub {
         }
     }
 
-    /// Renews this hub's judge leases (at most once a second), takes expired ones, and with
-    /// `take` that run's lease (its collector connected here, so its heartbeats arrive here).
-    pub(super) async fn renew_leases(&self, take: Option<RunKey>) {
+    /// Renews this hub's judge leases (at most once a second) and takes expired ones.
+    pub(super) async fn renew_leases(&self) {
         if self.cluster.get().is_none() {
             return;
         }
         let now = unix_now();
         {
             let mut last = self.leases_at.lock().unwrap_or_else(|e| e.into_inner());
-            if take.is_none() && now - *last < LEASE_EVERY_S {
+            if now - *last < LEASE_EVERY_S {
                 return;
             }
             *last = now;
         }
-        match self
-            .store
-            .judge_leases(self.hub_id(), LEASE_TTL_S, take)
-            .await
-        {
+        match self.store.judge_leases(self.hub_id(), LEASE_TTL_S).await {
             Ok(Some(keys)) => {
                 let keys: HashSet<RunKey> = keys.into_iter().collect();
                 let mut judging = self.judging.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,6 +92,27 @@ impl Hub {
                 tracing::warn!(error = %e, "could not renew judge leases");
                 *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
             }
+        }
+    }
+
+    /// Takes the run's judge lease: its collector connected here, so its heartbeats arrive
+    /// here. The hub that held it lets go at its next renewal.
+    pub(super) async fn take_lease(&self, key: RunKey) {
+        if self.cluster.get().is_none() {
+            return;
+        }
+        match self.store.take_lease(self.hub_id(), LEASE_TTL_S, key).await {
+            Ok(()) => {
+                if let Some(mine) = self
+                    .judging
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_mut()
+                {
+                    mine.insert(key);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not take a run's judge lease"),
         }
     }
 

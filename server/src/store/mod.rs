@@ -342,18 +342,21 @@ impl Store {
     }
 
     /// For hub `hub` of a cluster: renews its judge leases (valid `ttl` seconds), takes the
-    /// runs whose lease expired (their hub died) and, with `take`, that run's lease whoever
-    /// holds it (its collector just connected here); returns the runs this hub judges now.
-    /// `None` for a store only one hub uses: that hub judges every run.
-    pub async fn judge_leases(
-        &self,
-        hub: u64,
-        ttl: f64,
-        take: Option<RunKey>,
-    ) -> Result<Option<Vec<RunKey>>> {
+    /// runs whose lease expired (their hub died), and returns the runs it judges now. `None`
+    /// for a store only one hub uses: that hub judges every run.
+    pub async fn judge_leases(&self, hub: u64, ttl: f64) -> Result<Option<Vec<RunKey>>> {
         match &self.reads {
             Reads::Sqlite(_) => Ok(None),
-            Reads::Postgres(r) => r.judge_leases(hub, ttl, take).await.map(Some),
+            Reads::Postgres(r) => r.judge_leases(hub, ttl).await.map(Some),
+        }
+    }
+
+    /// For hub `hub` of a cluster: takes the run's judge lease, whoever holds it (the run's
+    /// collector just connected to this hub, so its heartbeats arrive here).
+    pub async fn take_lease(&self, hub: u64, ttl: f64, key: RunKey) -> Result<()> {
+        match &self.reads {
+            Reads::Sqlite(_) => Ok(()),
+            Reads::Postgres(r) => r.take_lease(hub, ttl, key).await,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The fleet: many runs at a fixed rate, viewers on them, loss, latency, hub CPU and memory.
 
-use super::{hub_usage, percentile, values, Args};
+use super::{hub_usage, percentile, pick, values_of, Args};
 use anyhow::{bail, Result};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -19,12 +19,12 @@ struct Seen {
     latency_ms: Vec<f64>,
 }
 
-pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
+pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
     let runs = args.fleet_runs;
     let seconds = args.soak_minutes.map_or(args.fleet_seconds, |m| m * 60.0);
     println!(
-        "fleet: {runs} runs x {} steps/s x 10 metrics for {seconds:.0} s, {} viewers x {} runs",
-        args.fleet_rate, args.fleet_viewers, args.fleet_viewer_runs
+        "fleet: {runs} runs x {} steps/s x {} metrics for {seconds:.0} s, {} viewers x {} runs",
+        args.fleet_rate, args.fleet_metrics, args.fleet_viewers, args.fleet_viewer_runs
     );
     // The collectors live in a child process of their own session (the scheduler shares
     // the CPU between sessions first): their run ids come back on its stdout, "go" starts
@@ -34,6 +34,7 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
         .args(["--fleet-collectors", "--hub", hub])
         .args(["--fleet-runs", &runs.to_string()])
         .args(["--fleet-rate", &args.fleet_rate.to_string()])
+        .args(["--fleet-metrics", &args.fleet_metrics.to_string()])
         .args(["--fleet-seconds", &seconds.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -67,7 +68,9 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
             .map(|k| ids[(v * args.fleet_viewer_runs + k) % runs].clone())
             .collect();
         watching.push(mine.clone());
-        let url = format!("{}/ws/viewer", hub.trim_end_matches('/'));
+        // Viewers sit on another hub than most of their runs' collectors, when there are
+        // several: the cluster's fan-out is part of what is measured.
+        let url = format!("{}/ws/viewer", pick(hub, v + 1).trim_end_matches('/'));
         let seen = seen.clone();
         let stop = stop.clone();
         rt.spawn(async move {
@@ -189,7 +192,7 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
             latency.last().unwrap_or(&0.0)
         );
     }
-    if pid.is_some() {
+    if !pid.is_empty() {
         println!(
             "  hub CPU {:.1}% of one core ({:.2} us per record); memory {rss0:.0} -> {rss1:.0} MB",
             100.0 * (cpu1 - cpu0) / elapsed,
@@ -210,9 +213,10 @@ pub fn fleet(hub: &str, pid: Option<u32>, args: &Args) -> Result<()> {
 pub fn collectors(hub: &str, args: &Args) -> Result<()> {
     let collectors: Vec<Collector> = (0..args.fleet_runs)
         .map(|r| {
-            let mut run = Collector::start(Options::new(hub, "fleet", &format!("run-{r}")))?;
+            let mut run =
+                Collector::start(Options::new(&pick(hub, r), "fleet", &format!("run-{r}")))?;
             run.set_finish_timeout(Duration::from_secs(120));
-            run.log(-1, &values(0));
+            run.log(-1, &values_of(0, args.fleet_metrics));
             run.flush();
             Ok(run)
         })
@@ -235,7 +239,7 @@ pub fn collectors(hub: &str, args: &Args) -> Result<()> {
             std::thread::sleep(wait);
         }
         for c in &collectors {
-            c.log(step, &values(step));
+            c.log(step, &values_of(step, args.fleet_metrics));
         }
     }
     let mut unacked = 0;

@@ -24,9 +24,14 @@ use stepstream_protocol::{unix_now, FromViewer, Subscribe, ToViewer};
 #[derive(Parser)]
 #[command(about = "Load generator for a stepstream hub")]
 struct Args {
-    /// An existing hub (ws://HOST:PORT); by default a fresh one is started.
+    /// An existing hub (ws://HOST:PORT), or several hubs of a cluster, comma-separated
+    /// (collectors and viewers are spread over them, round robin); by default a fresh one is
+    /// started.
     #[arg(long)]
     hub: Option<String>,
+    /// The process ids of the `--hub` hubs, comma-separated, for their CPU and memory.
+    #[arg(long, value_delimiter = ',')]
+    hub_pids: Vec<u32>,
     /// Concurrent collectors in the ingest test.
     #[arg(long, default_value_t = 2)]
     collectors: usize,
@@ -45,6 +50,9 @@ struct Args {
     /// Steps per second of each fleet run.
     #[arg(long, default_value_t = 100.0)]
     fleet_rate: f64,
+    /// Metrics in each fleet record (10 to 256).
+    #[arg(long, default_value_t = 10)]
+    fleet_metrics: usize,
     /// Viewers in the fleet test.
     #[arg(long, default_value_t = 20)]
     fleet_viewers: usize,
@@ -67,8 +75,21 @@ struct Args {
 }
 
 /// The hub's CPU seconds (user + system) and resident memory in MB, from `/proc`.
-fn hub_usage(pid: Option<u32>) -> Option<(f64, f64)> {
-    let pid = pid?;
+fn hub_usage(pids: &[u32]) -> Option<(f64, f64)> {
+    if pids.is_empty() {
+        return None;
+    }
+    let (mut cpu, mut rss) = (0.0, 0.0);
+    for pid in pids {
+        let (c, r) = process_usage(*pid)?;
+        cpu += c;
+        rss += r;
+    }
+    Some((cpu, rss))
+}
+
+/// One process's CPU seconds and resident memory in MB.
+fn process_usage(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start at `) `.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -84,6 +105,13 @@ fn hub_usage(pid: Option<u32>) -> Option<(f64, f64)> {
         .ok()?;
     // Linux reports CPU time in clock ticks of 1/100 s (USER_HZ).
     Some((ticks / 100.0, rss_kb / 1024.0))
+}
+
+/// The `i`th hub of a comma-separated list, round robin: spreads collectors and viewers
+/// over the hubs of a cluster.
+fn pick(hubs: &str, i: usize) -> String {
+    let list: Vec<&str> = hubs.split(',').filter(|h| !h.is_empty()).collect();
+    list[i % list.len()].to_string()
 }
 
 const METRICS: [&str; 10] = [
@@ -139,15 +167,25 @@ fn start_hub() -> Result<OwnHub> {
 }
 
 fn values(step: i64) -> Vec<(&'static str, f64)> {
+    values_of(step, METRICS.len())
+}
+
+/// `n` metrics: the ten usual names, then `extra_10`, `extra_11`... (a wide record).
+fn values_of(step: i64, n: usize) -> Vec<(&'static str, f64)> {
+    static EXTRA: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let extra = EXTRA.get_or_init(|| (METRICS.len()..256).map(|i| format!("extra_{i}")).collect());
     // A loss that decays, like a training run's: no alert storm measured with it.
     METRICS
         .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .take(n.min(256))
         .enumerate()
-        .map(|(i, &m)| (m, 1.0 / (1.0 + step as f64 * 1e-3) + i as f64))
+        .map(|(i, m)| (m, 1.0 / (1.0 + step as f64 * 1e-3) + i as f64))
         .collect()
 }
 
-fn ingest(hub: &str, pid: Option<u32>, collectors: usize, records: i64) -> Result<()> {
+fn ingest(hub: &str, pid: &[u32], collectors: usize, records: i64) -> Result<()> {
     let cpu_before = hub_usage(pid).map(|u| u.0);
     println!(
         "ingest: {collectors} collectors x {records} records x {} metrics",
@@ -156,7 +194,7 @@ fn ingest(hub: &str, pid: Option<u32>, collectors: usize, records: i64) -> Resul
     let start = Instant::now();
     let threads: Vec<_> = (0..collectors)
         .map(|c| {
-            let hub = hub.to_string();
+            let hub = pick(hub, c);
             std::thread::spawn(
                 move || -> Result<(Duration, stepstream_collector::Report)> {
                     let mut run =
@@ -288,16 +326,19 @@ fn main() -> Result<()> {
         .hub
         .clone()
         .unwrap_or_else(|| own.as_ref().expect("own hub").url.clone());
-    let pid = own.as_ref().map(|o| o.child.id());
+    let pid: Vec<u32> = match &own {
+        Some(o) => vec![o.child.id()],
+        None => args.hub_pids.clone(),
+    };
     if args.fleet_collectors {
         return fleet::collectors(&hub, &args);
     }
     if !args.fleet_only {
-        ingest(&hub, pid, args.collectors, args.records)?;
-        latency(&hub, args.rate, args.seconds)?;
+        ingest(&hub, &pid, args.collectors, args.records)?;
+        latency(&pick(&hub, 0), args.rate, args.seconds)?;
     }
     if args.fleet_runs > 0 {
-        fleet::fleet(&hub, pid, &args)?;
+        fleet::fleet(&hub, &pid, &args)?;
     }
     Ok(())
 }

@@ -239,24 +239,33 @@ impl Reads {
     }
 
     /// See [`super::Store::judge_leases`]: one statement renews this hub's leases, takes the
-    /// expired ones (and `take`), and returns every run this hub judges now. Finished runs
-    /// need no judge and are left alone.
-    pub(super) async fn judge_leases(
-        &self,
-        hub: u64,
-        ttl: f64,
-        take: Option<RunKey>,
-    ) -> Result<Vec<RunKey>> {
+    /// expired ones, and returns every run this hub judges now. Finished runs need no judge
+    /// and are left alone.
+    pub(super) async fn judge_leases(&self, hub: u64, ttl: f64) -> Result<Vec<RunKey>> {
         self.read(move |c| {
             let now = stepstream_protocol::unix_now();
             let rows = c.query(
                 "INSERT INTO judges (run_key, hub, until) SELECT key, $1, $2 FROM runs WHERE \
-                 status IN ('running', 'stale') OR key = $4 ON CONFLICT (run_key) DO UPDATE SET \
-                 hub = excluded.hub, until = excluded.until WHERE judges.hub = excluded.hub OR \
-                 judges.until < $3 OR judges.run_key = $4 RETURNING run_key",
-                &[&(hub as i64), &(now + ttl), &now, &take.unwrap_or(-1)],
+                 status IN ('running', 'stale') ON CONFLICT (run_key) DO UPDATE SET hub = \
+                 excluded.hub, until = excluded.until WHERE judges.hub = excluded.hub OR \
+                 judges.until < $3 RETURNING run_key",
+                &[&(hub as i64), &(now + ttl), &now],
             )?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    }
+
+    /// See [`super::Store::take_lease`].
+    pub(super) async fn take_lease(&self, hub: u64, ttl: f64, key: RunKey) -> Result<()> {
+        self.read(move |c| {
+            let until = stepstream_protocol::unix_now() + ttl;
+            c.execute(
+                "INSERT INTO judges (run_key, hub, until) VALUES ($1, $2, $3) ON CONFLICT \
+                 (run_key) DO UPDATE SET hub = excluded.hub, until = excluded.until",
+                &[&key, &(hub as i64), &until],
+            )?;
+            Ok(())
         })
         .await
     }
