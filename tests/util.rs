@@ -417,6 +417,12 @@ impl Viewer {
                 self.run_list.retain(|r| r.run_id != u.run.run_id);
                 self.run_list.push(u.run);
             }
+            ToViewer::RunUpdates(u) => {
+                for run in u.runs {
+                    self.run_list.retain(|r| r.run_id != run.run_id);
+                    self.run_list.push(run);
+                }
+            }
             ToViewer::Metrics(m) => {
                 let seen = self.runs.entry(m.run_id).or_default();
                 for d in m.metrics {

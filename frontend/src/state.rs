@@ -389,12 +389,15 @@ impl Ctx {
             }
             ToViewer::RunUpdate(u) => {
                 self.hub_offset.set(u.now - now_ms() / 1000.0);
-                self.runs.update(
-                    |runs| match runs.iter_mut().find(|r| r.run_id == u.run.run_id) {
-                        Some(r) => *r = u.run,
-                        None => runs.push(u.run),
-                    },
-                );
+                self.runs.update(|runs| upsert_summary(runs, u.run));
+            }
+            ToViewer::RunUpdates(u) => {
+                self.hub_offset.set(u.now - now_ms() / 1000.0);
+                self.runs.update(|runs| {
+                    for run in u.runs {
+                        upsert_summary(runs, run);
+                    }
+                });
             }
             ToViewer::Metrics(m) => {
                 STORE.with(|s| {
@@ -469,5 +472,13 @@ impl Ctx {
                     .then_some((r, quiet, last))
             })
             .collect()
+    }
+}
+
+/// Replaces the run's summary in the list, or adds it.
+fn upsert_summary(runs: &mut Vec<RunSummary>, run: RunSummary) {
+    match runs.iter_mut().find(|r| r.run_id == run.run_id) {
+        Some(r) => *r = run,
+        None => runs.push(run),
     }
 }

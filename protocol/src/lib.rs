@@ -16,7 +16,8 @@
 //!   was not stored; [`Ack`] says every batch up to `through_seq` is durable; [`FinishAck`];
 //!   [`HubError`].
 //! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`].
-//! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect and [`RunUpdate`] as runs change;
+//! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect, [`RunUpdate`] as a run's status
+//!   changes and [`RunUpdates`] (every run whose summary changed) once a second;
 //!   per subscribed run: [`Metrics`], [`Backfill`] chunks (history up to a sequence number),
 //!   then [`Live`] batches with higher sequence numbers only, [`StatusChange`],
 //!   [`Alert`]s (the run's stored ones first, then live), and [`Resync`] when a slow viewer
@@ -322,6 +323,15 @@ pub struct RunUpdate {
     pub now: f64,
 }
 
+/// The runs whose summary changed since the hub's last sweep (new steps, new values), in one
+/// frame: a thousand live runs cost a viewer one frame a second, not a thousand. A status
+/// change still goes out at once, as a [`RunUpdate`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunUpdates {
+    pub runs: Vec<RunSummary>,
+    pub now: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metrics {
     pub run_id: RunId,
@@ -501,6 +511,7 @@ direction! {
         StatusChange = 0x35,
         Resync = 0x36,
         Alert = 0x37,
+        RunUpdates = 0x38,
         HubError = 0x3f,
     }
 }

@@ -243,6 +243,14 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(),
         ),
+        (
+            "ToViewer_RunUpdates",
+            ToViewer::RunUpdates(RunUpdates {
+                runs: vec![summary()],
+                now: 1_764_700_301.0,
+            })
+            .encode(),
+        ),
         ("ToViewer_HubError", ToViewer::HubError(hub_error).encode()),
         (
             "ToPeer_PeerBatch",

@@ -318,6 +318,20 @@ impl Connection {
         }
     }
 
+    /// Runs whose summary changed: listed, and re-synced when a widget wants one of them.
+    fn on_summaries(&mut self, now: f64, runs: Vec<RunSummary>) {
+        self.hub_offset = now - js_sys::Date::now() / 1000.0;
+        let wanted = runs.iter().any(|r| self.runs.contains_key(&r.run_id));
+        if let Some(listed) = &mut self.listed {
+            for run in runs {
+                listed.insert(run.run_id.clone(), run);
+            }
+        }
+        if wanted {
+            self.sync();
+        }
+    }
+
     fn on_message(&mut self, msg: ToViewer) {
         match msg {
             ToViewer::RunList(list) => {
@@ -330,16 +344,8 @@ impl Connection {
                 );
                 self.sync();
             }
-            ToViewer::RunUpdate(u) => {
-                self.hub_offset = u.now - js_sys::Date::now() / 1000.0;
-                let wanted = self.runs.contains_key(&u.run.run_id);
-                if let Some(listed) = &mut self.listed {
-                    listed.insert(u.run.run_id.clone(), u.run);
-                }
-                if wanted {
-                    self.sync();
-                }
-            }
+            ToViewer::RunUpdate(u) => self.on_summaries(u.now, vec![u.run]),
+            ToViewer::RunUpdates(u) => self.on_summaries(u.now, u.runs),
             ToViewer::StatusChange(c) => {
                 if let Some(r) = self.listed.as_mut().and_then(|l| l.get_mut(&c.run_id)) {
                     r.status = c.status;

@@ -9,8 +9,13 @@ use super::{Hub, LiveEvent, Run, RunState};
 use crate::alerts::Event;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use stepstream_protocol::{unix_now, RunId, RunStatus, StatusChange, StepRecord};
+use stepstream_protocol::{
+    unix_now, RunId, RunStatus, RunSummary, RunUpdates, StatusChange, StepRecord, ToViewer,
+};
 use tokio::sync::mpsc;
+
+/// How often changed runs' summaries go to viewers (one frame for all of them).
+const SWEEP_EVERY_S: f64 = 1.0;
 
 /// Jobs the judge may fall behind by before batches go unjudged.
 pub(super) const JUDGE_CAPACITY: usize = 4096;
@@ -200,9 +205,6 @@ impl Hub {
         let now = unix_now();
         for run in self.runs() {
             if !self.judges(run.key) {
-                if run.state(|st| st.dirty) {
-                    self.publish_update(&run);
-                }
                 continue;
             }
             let change = run.state_mut(|st| {
@@ -253,9 +255,35 @@ impl Hub {
                 };
                 self.tell_status(&change);
                 self.publish_status(&run, change);
-            } else if run.state(|st| st.dirty) {
-                self.publish_update(&run);
             }
+        }
+        self.sweep_updates(now);
+    }
+
+    /// Publishes, at most once a second, one frame with the summary of every run that
+    /// changed since the last sweep.
+    fn sweep_updates(&self, now: f64) {
+        {
+            let mut last = self.swept_at.lock().unwrap_or_else(|e| e.into_inner());
+            if now - *last < SWEEP_EVERY_S {
+                return;
+            }
+            *last = now;
+        }
+        let changed: Vec<RunSummary> = self
+            .runs()
+            .iter()
+            .filter_map(|run| {
+                run.state_mut(|st| std::mem::take(&mut st.dirty).then(|| st.summary()))
+            })
+            .collect();
+        if !changed.is_empty() {
+            let _ = self
+                .updates
+                .send(super::encode(ToViewer::RunUpdates(RunUpdates {
+                    runs: changed,
+                    now,
+                })));
         }
     }
 }

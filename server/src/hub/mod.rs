@@ -94,6 +94,8 @@ pub struct Hub {
     judging: Mutex<Option<HashSet<crate::store::RunKey>>>,
     /// When the leases were last renewed (hub clock).
     leases_at: Mutex<f64>,
+    /// When changed runs' summaries were last published (hub clock).
+    swept_at: Mutex<f64>,
 }
 
 fn encode(msg: ToViewer) -> Bytes {
@@ -148,6 +150,7 @@ impl Hub {
             cluster: OnceLock::new(),
             judging: Mutex::new(None),
             leases_at: Mutex::new(0.0),
+            swept_at: Mutex::new(0.0),
         });
         (hub, jobs)
     }

@@ -219,12 +219,16 @@ impl Hub {
                 frame,
             });
         }
-        // Every hub keeps each run's rule state warm; only the run's judge raises.
-        self.judge(Job::Records {
-            run: run.clone(),
-            records,
-            now,
-        });
+        // Only the run's judge runs its rules (the hub its collector writes through, as a
+        // rule: it took the lease at the hello). A hub that takes a lease over starts the
+        // run's rolling windows afresh.
+        if self.judges(run.key) {
+            self.judge(Job::Records {
+                run: run.clone(),
+                records,
+                now,
+            });
+        }
     }
 
     /// A message from another hub.

@@ -76,17 +76,28 @@ fn run_list(hub: &Hub, scope: &Scope) -> Bytes {
     frame(ToViewer::RunList(list))
 }
 
-/// Whether a run-list update (an encoded frame) is about a run the viewer may see.
-fn update_visible(hub: &Hub, scope: &Scope, bytes: &[u8]) -> bool {
+/// A run-list update (an encoded frame) as the viewer may see it: the frame itself, the
+/// part of a [`ToViewer::RunUpdates`] about runs it may see, or nothing.
+fn update_visible(hub: &Hub, scope: &Scope, bytes: Bytes) -> Option<Bytes> {
     if matches!(scope, Scope::All) {
-        return true;
+        return Some(bytes);
     }
-    match ToViewer::decode(bytes) {
+    let visible = match ToViewer::decode(&bytes) {
         Ok(ToViewer::RunUpdate(u)) => scope.allows(&u.run.project, u.run.run_id.as_str()),
         Ok(ToViewer::StatusChange(c)) => visible(hub, scope, &c.run_id),
-        Ok(ToViewer::RunList(_)) | Err(_) => false,
-        Ok(_) => false,
-    }
+        Ok(ToViewer::RunUpdates(mut u)) => {
+            let all = u.runs.len();
+            u.runs
+                .retain(|r| scope.allows(&r.project, r.run_id.as_str()));
+            return match u.runs.len() {
+                0 => None,
+                n if n == all => Some(bytes),
+                _ => Some(frame(ToViewer::RunUpdates(u))),
+            };
+        }
+        Ok(_) | Err(_) => false,
+    };
+    visible.then_some(bytes)
 }
 
 fn frame(msg: ToViewer) -> Bytes {
@@ -202,8 +213,10 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
             }
             update = updates.recv() => match update {
                 Ok(bytes) => {
-                    if update_visible(&hub, &scope, &bytes) && out.send(bytes).await.is_err() {
-                        break;
+                    if let Some(bytes) = update_visible(&hub, &scope, bytes) {
+                        if out.send(bytes).await.is_err() {
+                            break;
+                        }
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
