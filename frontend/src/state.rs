@@ -394,7 +394,15 @@ impl Ctx {
             ToViewer::RunUpdates(u) => {
                 self.hub_offset.set(u.now - now_ms() / 1000.0);
                 self.runs.update(|runs| {
-                    for run in u.runs {
+                    for mut run in u.runs {
+                        // These carry only the headline values: keep the others known.
+                        if let Some(old) = runs.iter().find(|r| r.run_id == run.run_id) {
+                            for (name, v) in &old.last_values {
+                                if !run.last_values.iter().any(|(n, _)| n == name) {
+                                    run.last_values.push((name.clone(), *v));
+                                }
+                            }
+                        }
                         upsert_summary(runs, run);
                     }
                 });

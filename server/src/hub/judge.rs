@@ -274,7 +274,7 @@ impl Hub {
             .runs()
             .iter()
             .filter_map(|run| {
-                run.state_mut(|st| std::mem::take(&mut st.dirty).then(|| st.summary()))
+                run.state_mut(|st| std::mem::take(&mut st.dirty).then(|| st.headline()))
             })
             .collect();
         if !changed.is_empty() {

@@ -67,6 +67,17 @@ impl RunState {
             .map(|i| self.metrics[i].name.as_str())
     }
 
+    /// The summary a live run-list update carries: its last values only of the headline
+    /// metrics (loss-like names and `lr`, at most [`HEADLINE_VALUES`]), so a thousand runs
+    /// of fifty metrics do not cost every viewer a megabyte a second. The full last values
+    /// are in the run list a viewer gets on connecting and in the API.
+    pub fn headline(&self) -> RunSummary {
+        let mut s = self.summary();
+        s.last_values.retain(|(name, _)| headline(name));
+        s.last_values.truncate(HEADLINE_VALUES);
+        s
+    }
+
     pub fn summary(&self) -> RunSummary {
         let id = &self.identity;
         RunSummary {
@@ -92,6 +103,14 @@ impl RunState {
             records: self.tail.records,
         }
     }
+}
+
+/// Last values a live run-list update carries per run, at most.
+pub const HEADLINE_VALUES: usize = 4;
+
+/// Whether a metric is one the run list shows: a loss, or the learning rate.
+fn headline(name: &str) -> bool {
+    name.contains("loss") || name == "lr" || name == "learning_rate"
 }
 
 /// One run: its store key, its live channel and its state.

@@ -3,7 +3,7 @@
 use super::*;
 use crate::limits::HubLimits;
 use crate::store::test_identity as identity;
-use stepstream_protocol::Limits;
+use stepstream_protocol::{Limits, ToPeer};
 
 fn def(id: u32, name: &str) -> MetricDef {
     MetricDef {
@@ -172,4 +172,57 @@ async fn run_and_identity_limits() {
     big.config_json = format!("{{\"x\":\"{}\"}}", "y".repeat(200_000));
     let err = hub.open_run(big, 7, 7).await.err().unwrap();
     assert!(err.to_string().contains("config_bytes"), "{err}");
+}
+
+/// A hub of a cluster that missed messages (NATS dropped them) reads the missing batches
+/// from the shared store before the one that arrived, so its viewers get each once, in order.
+#[tokio::test]
+async fn a_peer_batch_after_a_gap_brings_the_missed_ones_from_the_store_first() {
+    let (a, _jobs, dir) = hub(HubLimits::default());
+    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
+    let policy = StatusPolicy {
+        stale_after: Duration::from_secs(30),
+        fail_after: None,
+    };
+    let (b, _b_jobs) = Hub::unjudged(
+        store,
+        runs,
+        policy,
+        &Default::default(),
+        HubLimits::default(),
+    );
+    let run = a.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    a.define_metrics(&run, vec![def(0, "loss")]).await.unwrap();
+    a.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
+        .await
+        .unwrap();
+    let peer = |seq: u64| {
+        ToPeer::PeerBatch(stepstream_protocol::PeerBatch {
+            hub: 99,
+            run_id: RunId::new("r").unwrap(),
+            seq,
+            records: batch(seq, vec![(MetricId(0), seq as f64)]).records,
+        })
+    };
+    // Hub B learns of the run from its first batch.
+    b.apply_peer(peer(1)).await;
+    let on_b = b.run(&RunId::new("r").unwrap()).expect("adopted");
+    assert_eq!(on_b.state(|st| st.tail.last_seq), 1);
+    let mut live = on_b.live.subscribe();
+    for seq in 2..=5 {
+        a.append(&run, batch(seq, vec![(MetricId(0), seq as f64)]))
+            .await
+            .unwrap();
+    }
+    // Only batch 5's message arrives.
+    b.apply_peer(peer(5)).await;
+    let mut got = Vec::new();
+    while let Ok(LiveEvent::Batch { seq, .. }) = live.try_recv() {
+        got.push(seq);
+    }
+    assert_eq!(got, vec![2, 3, 4, 5]);
+    // A late copy of a missed message changes nothing.
+    b.apply_peer(peer(3)).await;
+    assert!(live.try_recv().is_err());
+    assert_eq!(on_b.state(|st| st.tail.last_seq), 5);
 }

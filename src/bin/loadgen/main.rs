@@ -150,6 +150,8 @@ fn start_hub() -> Result<OwnHub> {
     let mut child = std::process::Command::new(&bin)
         .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--db"])
         .arg(dir.path().join("hub.db"))
+        // Every simulated rank and viewer connects from this one address.
+        .args(["--limit", "connections_per_addr=8192"])
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
         .spawn()
