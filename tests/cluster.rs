@@ -132,65 +132,16 @@ impl Drop for Nats {
 
 /// nginx on `port` in front of `hubs`: the first takes every connection while it is up, the
 /// others are its backups (so the test knows which hub the collector starts on).
-struct Balancer {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn balancer(port: u16, hubs: &[u16]) -> Balancer {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    let servers: String = hubs
+fn balancer(port: u16, hubs: &[u16]) -> Nginx {
+    let servers: Vec<String> = hubs
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let backup = if i == 0 { "" } else { " backup" };
-            format!("    server 127.0.0.1:{p} max_fails=1 fail_timeout=30s{backup};\n")
+            format!("    server 127.0.0.1:{p} max_fails=1 fail_timeout=30s{backup};")
         })
         .collect();
-    let conf = format!(
-        "worker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 512; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-           fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-           map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
-           upstream hubs {{\n{servers}  }}\n\
-           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-               proxy_pass http://hubs;\n      proxy_next_upstream error timeout;\n\
-               proxy_connect_timeout 2s;\n      proxy_http_version 1.1;\n\
-               proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n\
-               proxy_set_header Host $http_host;\n      proxy_buffering off;\n\
-               proxy_read_timeout 1h;\n      client_max_body_size 17m;\n    }}\n  }}\n}}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("nginx is not installed: scripts/test installs Debian's `nginx` package");
-    let child = Command::new(bin)
-        .args([
-            "-p",
-            &d.to_string(),
-            "-c",
-            "nginx.conf",
-            "-g",
-            "daemon off;",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    wait_for("nginx", Duration::from_secs(10), || {
-        TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    Balancer { child, _dir: dir }
+    nginx(port, &servers.join("\n"))
 }
 
 /// A real HTTP receiver for the webhook channel: counts the notices naming `rule` fired.
@@ -239,6 +190,32 @@ impl Hook {
 }
 
 const STEPS: i64 = 6_000;
+
+/// A collector streaming `STEPS` steps to `url` for a few seconds, on its own thread.
+fn stream(url: &str, name: &str) -> (RunId, std::thread::JoinHandle<stepstream_collector::Report>) {
+    let run = Collector::start(Options::new(url, "fleet", name)).unwrap();
+    let run_id = run.run_id().clone();
+    let writer = std::thread::spawn(move || {
+        for step in 0..STEPS {
+            run.log(step, &[("loss", 1.0 / (1.0 + step as f64)), ("lr", 1e-3)]);
+            if step % 20 == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        run.finish(Outcome::Finished)
+    });
+    (run_id, writer)
+}
+
+/// A viewer on `hub` subscribed to the run, once the hub lists it (from another hub).
+fn watch(hub: &Hub, run_id: &RunId) -> Viewer {
+    wait_for("the hub to list the run", Duration::from_secs(30), || {
+        hub.run_json(run_id.as_str())
+    });
+    let mut viewer = Viewer::connect(hub);
+    viewer.subscribe(std::slice::from_ref(run_id), None);
+    viewer
+}
 
 #[test]
 fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
@@ -290,28 +267,9 @@ fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
     let _lb = balancer(lb_port, &[a.port, b.port, c.port]);
 
     // A collector streams through the balancer, which sends it to hub A.
-    let run = Collector::start(Options::new(
-        &format!("ws://{lb_host}"),
-        "fleet",
-        "through-a",
-    ))
-    .unwrap();
-    let run_id = run.run_id().clone();
-    let writer = std::thread::spawn(move || {
-        for step in 0..STEPS {
-            run.log(step, &[("loss", 1.0 / (1.0 + step as f64)), ("lr", 1e-3)]);
-            if step % 20 == 0 {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        run.finish(Outcome::Finished)
-    });
+    let (run_id, writer) = stream(&format!("ws://{lb_host}"), "through-a");
     // Hub B learns of the run through NATS; a viewer there takes history, then live.
-    wait_for("hub B to list the run", Duration::from_secs(30), || {
-        b.run_json(run_id.as_str())
-    });
-    let mut viewer = Viewer::connect(&b);
-    viewer.subscribe(std::slice::from_ref(&run_id), None);
+    let mut viewer = watch(&b, &run_id);
     wait_for("the run a third in", Duration::from_secs(60), || {
         let last = b.run_json(run_id.as_str())?["last_step"].as_i64()?;
         (last >= STEPS / 3).then_some(())
@@ -448,22 +406,8 @@ fn a_nats_outage_loses_no_point_for_viewers_on_other_hubs() {
     let args = ["--store", &store, "--nats", &bus];
     let a = Hub::start(&args);
     let b = Hub::start(&args);
-    let run = Collector::start(Options::new(&a.ws(), "fleet", "nats-outage")).unwrap();
-    let run_id = run.run_id().clone();
-    let writer = std::thread::spawn(move || {
-        for step in 0..STEPS {
-            run.log(step, &[("loss", step as f64)]);
-            if step % 20 == 0 {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        run.finish(Outcome::Finished)
-    });
-    wait_for("hub B to list the run", Duration::from_secs(30), || {
-        b.run_json(run_id.as_str())
-    });
-    let mut viewer = Viewer::connect(&b);
-    viewer.subscribe(std::slice::from_ref(&run_id), None);
+    let (run_id, writer) = stream(&a.ws(), "nats-outage");
+    let mut viewer = watch(&b, &run_id);
     wait_for("the run a quarter in", Duration::from_secs(60), || {
         let last = a.run_json(run_id.as_str())?["last_step"].as_i64()?;
         (last >= STEPS / 4).then_some(())

@@ -3,74 +3,15 @@
 //! `Origin` checks still holding.
 
 use crate::util::*;
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use stepstream_collector::{Collector, Options, Outcome};
-
-struct Nginx {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// nginx on `port`, proxying to a hub on `hub_port` as the documented config does.
-fn nginx(hub_port: u16, port: u16) -> Nginx {
-    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("nginx is not installed: scripts/test installs Debian's `nginx` package");
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    let conf = format!(
-        "worker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-           fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-           map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
-           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-               proxy_pass http://127.0.0.1:{hub_port};\n      proxy_http_version 1.1;\n\
-               proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;\n\
-               proxy_set_header Host $http_host;\n      proxy_buffering off;\n\
-               proxy_read_timeout 1h;\n      client_max_body_size 17m;\n    }}\n  }}\n}}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let child = Command::new(bin)
-        .args([
-            "-p",
-            &d.to_string(),
-            "-c",
-            "nginx.conf",
-            "-g",
-            "daemon off;",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    wait_for("nginx", Duration::from_secs(10), || {
-        TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    Nginx {
-        child,
-        port,
-        _dir: dir,
-    }
-}
 
 #[test]
 fn collectors_viewers_and_the_api_work_through_nginx_and_the_checks_still_hold() {
     // nginx passes the browser's `Host` on, so the hub must know the proxy's name.
     let proxy_port = free_port();
     let hub = Hub::start(&["--allow-host", &format!("127.0.0.1:{proxy_port}")]);
-    let proxy = nginx(hub.port, proxy_port);
+    let proxy = nginx(proxy_port, &format!("server 127.0.0.1:{};", hub.port));
     let via = format!("127.0.0.1:{}", proxy.port);
     // A collector streams through the proxy.
     let run = Collector::start(Options::new(

@@ -1,9 +1,11 @@
 //! The hub's in-memory view of every run and the fan-out of what happens to them.
 //!
 //! Each run has one bounded `broadcast` channel of [`LiveEvent`]s, published only after the
-//! store committed what they carry; the run list has one more for [`RunUpdate`]s. Publishing
-//! never waits for a viewer: a viewer that falls behind sees `Lagged` and catches up from
-//! the store (see `viewer.rs`).
+//! store committed what they carry; the run list has one more: a [`RunUpdate`] when a run's
+//! status changes, and once a second one `RunUpdates` frame with every run whose summary
+//! changed (a thousand live runs are one frame, not a thousand). Publishing never waits for
+//! a viewer: a viewer that falls behind sees `Lagged` and catches up from the store (see
+//! `viewer.rs`).
 //!
 //! * `run` — one run's state, and which collector writes it.
 //! * `judge` — run status (running / stale / finished / failed / killed) on the hub's
@@ -506,20 +508,7 @@ impl Hub {
             st.dirty = true;
             heard_from(st, &self.rules, now)
         });
-        // Encoded once for every viewer that takes the whole batch; not at all when nobody
-        // watches the run.
-        if run.live.receiver_count() > 0 {
-            let frame = encode(ToViewer::Live(stepstream_protocol::Live {
-                run_id,
-                seq,
-                records: records.to_vec(),
-            }));
-            let _ = run.live.send(LiveEvent::Batch {
-                seq,
-                records: records.clone(),
-                frame,
-            });
-        }
+        publish_batch(run, run_id, seq, &records);
         if revived {
             self.judge(Job::Revived {
                 run: run.clone(),
@@ -617,6 +606,23 @@ impl Hub {
         self.tell_status(&change);
         self.publish_status(run, change);
         Ok(())
+    }
+}
+
+/// Sends a stored batch to the run's viewers: encoded once for every viewer that takes the
+/// whole batch, not at all when nobody watches the run.
+fn publish_batch(run: &Run, run_id: RunId, seq: u64, records: &Arc<[StepRecord]>) {
+    if run.live.receiver_count() > 0 {
+        let frame = encode(ToViewer::Live(stepstream_protocol::Live {
+            run_id,
+            seq,
+            records: records.to_vec(),
+        }));
+        let _ = run.live.send(LiveEvent::Batch {
+            seq,
+            records: records.clone(),
+            frame,
+        });
     }
 }
 

@@ -11,8 +11,7 @@ use crate::store::{RunKey, StoredRun};
 use std::collections::HashSet;
 use std::sync::Arc;
 use stepstream_protocol::{
-    unix_now, Live, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord,
-    ToPeer, ToViewer,
+    unix_now, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord, ToPeer,
 };
 
 /// How long a judge lease lasts unless renewed; a dead hub's runs are taken over after it.
@@ -207,18 +206,7 @@ impl Hub {
             st.identity.run_id.clone()
         });
         let records: Arc<[StepRecord]> = records.into();
-        if run.live.receiver_count() > 0 {
-            let frame = super::encode(ToViewer::Live(Live {
-                run_id,
-                seq,
-                records: records.to_vec(),
-            }));
-            let _ = run.live.send(LiveEvent::Batch {
-                seq,
-                records: records.clone(),
-                frame,
-            });
-        }
+        super::publish_batch(run, run_id, seq, &records);
         // Only the run's judge runs its rules (the hub its collector writes through, as a
         // rule: it took the lease at the hello). A hub that takes a lease over starts the
         // run's rolling windows afresh.

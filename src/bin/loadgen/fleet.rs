@@ -161,7 +161,22 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
         .strip_prefix("unacknowledged ")
         .and_then(|n| n.parse().ok())
         .unwrap_or(u64::MAX);
-    std::thread::sleep(Duration::from_secs(2));
+    // Viewers may lag: wait until none received anything for 3 s (at most a minute), so
+    // "missed" counts points that never came, not points still on their way.
+    let received = || -> usize {
+        seen.iter()
+            .map(|s| s.lock().expect("seen").latency_ms.len())
+            .sum()
+    };
+    let (mut last, mut quiet_since) = (received(), Instant::now());
+    let drain_until = Instant::now() + Duration::from_secs(60);
+    while quiet_since.elapsed() < Duration::from_secs(3) && Instant::now() < drain_until {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = received();
+        if now != last {
+            (last, quiet_since) = (now, Instant::now());
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     rt.shutdown_timeout(Duration::from_secs(3));
     let mut latency = Vec::new();

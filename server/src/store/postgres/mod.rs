@@ -143,18 +143,8 @@ impl Reads {
         mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         self.read(move |c| {
-            let mut batches = Batches::new(key);
             let params: [i64; 3] = [key, after_seq as i64, through_seq as i64];
-            let mut rows = c.query_raw(SCAN, params)?;
-            while let Some(row) = rows.next()? {
-                let seq = row.get::<_, i64>(0) as u64;
-                if batches
-                    .visit(seq, row.get::<_, &[u8]>(1), &mut state, &mut f)?
-                    .is_break()
-                {
-                    break;
-                }
-            }
+            each_batch(c.query_raw(SCAN, params)?, key, &mut state, &mut f)?;
             Ok(state)
         })
         .await
@@ -207,22 +197,13 @@ impl Reads {
             // The same bound as SQLite's: a batch overlapping `lo..=hi` starts no further
             // below `lo` than the run's widest batch spans.
             let params: [i64; 4] = [key, lo, hi, through_seq as i64];
-            let mut rows = c.query_raw(
+            let rows = c.query_raw(
                 "SELECT seq, data FROM batches WHERE run_key = $1 AND lo_step >= $2 - (SELECT \
                  max_span FROM runs WHERE key = $1) AND lo_step <= $3 AND hi_step >= $2 AND \
                  seq <= $4 ORDER BY seq",
                 params,
             )?;
-            let mut batches = Batches::new(key);
-            while let Some(row) = rows.next()? {
-                let seq = row.get::<_, i64>(0) as u64;
-                if batches
-                    .visit(seq, row.get::<_, &[u8]>(1), &mut state, &mut f)?
-                    .is_break()
-                {
-                    break;
-                }
-            }
+            each_batch(rows, key, &mut state, &mut f)?;
             Ok(state)
         })
         .await
@@ -269,4 +250,24 @@ impl Reads {
         })
         .await
     }
+}
+
+/// Hands each `(seq, data)` row's records to `f` until it returns `Break`.
+fn each_batch<S>(
+    mut rows: postgres::RowIter<'_>,
+    key: RunKey,
+    state: &mut S,
+    f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
+) -> Result<()> {
+    let mut batches = Batches::new(key);
+    while let Some(row) = rows.next()? {
+        let seq = row.get::<_, i64>(0) as u64;
+        if batches
+            .visit(seq, row.get::<_, &[u8]>(1), state, f)?
+            .is_break()
+        {
+            break;
+        }
+    }
+    Ok(())
 }
