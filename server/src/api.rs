@@ -94,11 +94,12 @@ fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
 
 /// The run `id`, if it exists and `scope` covers it: a run outside the token's scope is as
 /// unknown as one that does not exist, so a scoped token cannot probe for others.
-fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
-    let run = RunId::new(id)
-        .ok()
-        .and_then(|id| app.hub.run(&id))
-        .ok_or_else(|| ApiError::UnknownRun(id.to_string()))?;
+async fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
+    let run = match RunId::new(id) {
+        Ok(run_id) => app.hub.find_run(&run_id).await,
+        Err(_) => None,
+    }
+    .ok_or_else(|| ApiError::UnknownRun(id.to_string()))?;
     if !run.state(|st| scope.allows(&st.identity.project, id)) {
         tracing::info!(
             run = id,
@@ -160,7 +161,7 @@ pub async fn run_detail(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id, &scope)?;
+    let run = find(&app, &id, &scope).await?;
     let (summary, metrics, config) = run.state(|st| {
         (
             st.summary(),
@@ -194,7 +195,7 @@ pub async fn series(
     Path(id): Path<String>,
     Query(q): Query<SeriesQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id, &scope)?;
+    let run = find(&app, &id, &scope).await?;
     let (metric, last_seq) = run.state(|st| {
         let metric = st.metrics.iter().find(|m| m.name == q.metric).map(|m| m.id);
         (metric, st.tail.last_seq)
@@ -263,7 +264,7 @@ pub async fn export_csv(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = find(&app, &id, &scope)?;
+    let run = find(&app, &id, &scope).await?;
     let (metrics, last_seq, started) =
         run.state(|st| (st.metrics.clone(), st.tail.last_seq, st.identity.started_at));
     let header_line = stepstream_protocol::csv::header(metrics.iter().map(|m| m.name.as_str()));
@@ -351,7 +352,7 @@ pub async fn alerts(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = find(&app, &id, &scope)?;
+    let run = find(&app, &id, &scope).await?;
     let run_id = run.state(|st| st.identity.run_id.clone());
     let alerts = app.hub.store.alerts(run.key, run_id).await?;
     let list: Vec<Value> = alerts
@@ -376,7 +377,7 @@ pub async fn export_config(
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = find(&app, &id, &scope)?;
+    let run = find(&app, &id, &scope).await?;
     let (config, started) =
         run.state(|st| (st.identity.config_json.clone(), st.identity.started_at));
     let name = format!("run_{}_config.json", utc_stamp(started));

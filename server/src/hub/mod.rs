@@ -160,8 +160,14 @@ impl Hub {
     /// Makes this hub one of a cluster: it tells the others what it commits and judges only
     /// the runs it holds a lease on.
     pub fn join(&self, cluster: Arc<crate::cluster::Cluster>) {
-        *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+        self.share_store();
         let _ = self.cluster.set(cluster);
+    }
+
+    /// Treats the store as shared with other hubs: runs it does not know are looked up there,
+    /// and it judges only runs it holds a lease on.
+    fn share_store(&self) {
+        *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
     }
 
     pub fn run(&self, id: &RunId) -> Option<Arc<Run>> {
@@ -251,7 +257,7 @@ impl Hub {
             .wire
             .check_identity(&identity)
             .map_err(IngestError::Limit)?;
-        if self.cluster.get().is_some() {
+        if self.clustered() {
             // Another hub may have written this run last: start from the shared store.
             self.refresh(&identity.run_id).await;
         }

@@ -25,6 +25,14 @@ impl Hub {
         self.cluster.get().map_or(0, |c| c.hub_id)
     }
 
+    /// Whether this hub is one of several sharing its store.
+    pub(super) fn clustered(&self) -> bool {
+        self.judging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// Tells the other hubs, if there are any.
     pub(super) fn tell_peers(&self, make: impl FnOnce(u64) -> ToPeer) {
         if let Some(cluster) = self.cluster.get() {
@@ -278,6 +286,17 @@ impl Hub {
         match self.run(run_id) {
             Some(run) => Some(run),
             None => self.refresh(run_id).await,
+        }
+    }
+
+    /// The run, from memory, or in a cluster from the shared store when another hub created
+    /// it and this hub has not heard yet (its message may still be on its way): a viewer or
+    /// an API client of any hub finds every run the cluster stored.
+    pub async fn find_run(&self, run_id: &RunId) -> Option<Arc<Run>> {
+        match self.run(run_id) {
+            Some(run) => Some(run),
+            None if self.clustered() => self.refresh(run_id).await,
+            None => None,
         }
     }
 

@@ -226,3 +226,34 @@ async fn a_peer_batch_after_a_gap_brings_the_missed_ones_from_the_store_first() 
     assert!(live.try_recv().is_err());
     assert_eq!(on_b.state(|st| st.tail.last_seq), 5);
 }
+
+/// A viewer or API client of one hub asks for a run another hub created a moment ago,
+/// before any message about it arrived: the hub finds it in the shared store.
+#[tokio::test]
+async fn a_run_another_hub_just_created_is_found_in_the_shared_store() {
+    let (a, _jobs, dir) = hub(HubLimits::default());
+    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
+    let policy = StatusPolicy {
+        stale_after: Duration::from_secs(30),
+        fail_after: None,
+    };
+    let (b, _b_jobs) = Hub::unjudged(
+        store,
+        runs,
+        policy,
+        &Default::default(),
+        HubLimits::default(),
+    );
+    b.share_store();
+    let run = a.open_run(identity("fresh", "p"), 1, 1).await.unwrap();
+    a.define_metrics(&run, vec![def(0, "loss")]).await.unwrap();
+    a.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
+        .await
+        .unwrap();
+    let id = RunId::new("fresh").unwrap();
+    assert!(b.run(&id).is_none());
+    let found = b.find_run(&id).await.expect("found in the store");
+    assert_eq!(found.state(|st| st.tail.last_seq), 1);
+    assert_eq!(found.state(|st| st.metrics.len()), 1);
+    assert!(b.find_run(&RunId::new("never").unwrap()).await.is_none());
+}

@@ -190,7 +190,8 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
                             if let Some(old) = subscriptions.remove(run_id) {
                                 old.abort();
                             }
-                            let Some(run) = hub.run(run_id).filter(|_| visible(&hub, &scope, run_id)) else {
+                            let found = hub.find_run(run_id).await;
+                            let Some(run) = found.filter(|_| visible(&hub, &scope, run_id)) else {
                                 let msg = format!("unknown run {run_id}");
                                 let _ = out.send(error(ErrorCode::UnknownRun, &msg, false)).await;
                                 continue;
