@@ -53,6 +53,7 @@ pub async fn viewer_socket(
         Err(refused) => return axum::response::IntoResponse::into_response(refused),
     };
     ws.max_message_size(64 * 1024)
+        .read_buffer_size(crate::ingest::SOCKET_READ_BUFFER)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
             let _open = crate::metrics::Open::new(&app.sockets.viewers);
