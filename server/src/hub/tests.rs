@@ -35,6 +35,22 @@ fn hub(limits: HubLimits) -> (Arc<Hub>, mpsc::Receiver<Job>, tempfile::TempDir) 
     (hub, jobs, dir)
 }
 
+/// Another hub over the same database (as the hubs of a cluster share one store).
+fn second_hub(dir: &tempfile::TempDir) -> (Arc<Hub>, mpsc::Receiver<Job>) {
+    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
+    let policy = StatusPolicy {
+        stale_after: Duration::from_secs(30),
+        fail_after: None,
+    };
+    Hub::unjudged(
+        store,
+        runs,
+        policy,
+        &Default::default(),
+        HubLimits::default(),
+    )
+}
+
 #[tokio::test]
 async fn acknowledgements_never_wait_for_the_alert_judge() {
     let (hub, _jobs, _dir) = hub(HubLimits::default());
@@ -179,18 +195,7 @@ async fn run_and_identity_limits() {
 #[tokio::test]
 async fn a_peer_batch_after_a_gap_brings_the_missed_ones_from_the_store_first() {
     let (a, _jobs, dir) = hub(HubLimits::default());
-    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
-    let policy = StatusPolicy {
-        stale_after: Duration::from_secs(30),
-        fail_after: None,
-    };
-    let (b, _b_jobs) = Hub::unjudged(
-        store,
-        runs,
-        policy,
-        &Default::default(),
-        HubLimits::default(),
-    );
+    let (b, _b_jobs) = second_hub(&dir);
     let run = a.open_run(identity("r", "p"), 1, 1).await.unwrap();
     a.define_metrics(&run, vec![def(0, "loss")]).await.unwrap();
     a.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
@@ -232,18 +237,7 @@ async fn a_peer_batch_after_a_gap_brings_the_missed_ones_from_the_store_first() 
 #[tokio::test]
 async fn a_run_another_hub_just_created_is_found_in_the_shared_store() {
     let (a, _jobs, dir) = hub(HubLimits::default());
-    let (store, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
-    let policy = StatusPolicy {
-        stale_after: Duration::from_secs(30),
-        fail_after: None,
-    };
-    let (b, _b_jobs) = Hub::unjudged(
-        store,
-        runs,
-        policy,
-        &Default::default(),
-        HubLimits::default(),
-    );
+    let (b, _b_jobs) = second_hub(&dir);
     b.share_store();
     let run = a.open_run(identity("fresh", "p"), 1, 1).await.unwrap();
     a.define_metrics(&run, vec![def(0, "loss")]).await.unwrap();

@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex};
 use stepstream_protocol::{MetricId, RunId, StepRecord};
 use tokio::sync::mpsc;
 
+/// Blobs of a run's batches with `after < seq <= through`, in sequence order.
+const SCAN: &str =
+    "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
+
 /// Reads on the blocking pool at once, at most.
 const READERS: usize = 16;
 
@@ -167,10 +171,7 @@ impl Reads {
         mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 \
-                 ORDER BY seq",
-            )?;
+            let mut stmt = conn.prepare_cached(SCAN)?;
             let rows = stmt.query(params![key, after_seq as i64, through_seq as i64])?;
             let _ = each_batch(rows, key, &mut state, &mut f)?;
             Ok(state)
@@ -187,10 +188,7 @@ impl Reads {
         mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
     ) -> Result<S> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 \
-                 ORDER BY seq",
-            )?;
+            let mut stmt = conn.prepare_cached(SCAN)?;
             let mut rows = stmt.query(params![key, after_seq as i64, through_seq as i64])?;
             while let Some(row) = rows.next()? {
                 let seq = row.get::<_, i64>(0)? as u64;
