@@ -21,7 +21,6 @@ use crate::limits::HubLimits;
 use crate::store::{RunTail, Store, StoreError};
 use axum::body::Bytes;
 use judge::Job;
-pub use peer::LEASE_TTL_S;
 pub use run::{LiveEvent, Run, RunState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;

@@ -14,9 +14,9 @@ use stepstream_protocol::{
     unix_now, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord, ToPeer,
 };
 
-/// How long a judge lease lasts unless renewed; a dead hub's runs are taken over after it.
-pub const LEASE_TTL_S: f64 = 3.0;
-/// How often a hub renews its leases and looks for expired ones.
+/// How long a hub may stay silent before the others take its runs' judge leases.
+const LEASE_TTL_S: f64 = 3.0;
+/// How often a hub renews its sign of life and looks for runs to take.
 const LEASE_EVERY_S: f64 = 1.0;
 
 impl Hub {
@@ -70,7 +70,8 @@ impl Hub {
         }
     }
 
-    /// Renews this hub's judge leases (at most once a second) and takes expired ones.
+    /// Renews this hub's sign of life (at most once a second), which keeps its judge leases,
+    /// and takes the runs without a judge or whose judge went silent.
     pub(super) async fn renew_leases(&self) {
         if self.cluster.get().is_none() {
             return;
@@ -108,7 +109,7 @@ impl Hub {
         if self.cluster.get().is_none() {
             return;
         }
-        match self.store.take_lease(self.hub_id(), LEASE_TTL_S, key).await {
+        match self.store.take_lease(self.hub_id(), key).await {
             Ok(()) => {
                 if let Some(mine) = self
                     .judging

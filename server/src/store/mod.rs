@@ -341,9 +341,10 @@ impl Store {
         read!(self.config(key))
     }
 
-    /// For hub `hub` of a cluster: renews its judge leases (valid `ttl` seconds), takes the
-    /// runs whose lease expired (their hub died), and returns the runs it judges now. `None`
-    /// for a store only one hub uses: that hub judges every run.
+    /// For hub `hub` of a cluster: renews its sign of life (its leases hold while it is
+    /// seen within `ttl` seconds), takes the runs without a judge or whose judge went
+    /// silent, and returns the runs it judges now. `None` for a store only one hub uses:
+    /// that hub judges every run.
     pub async fn judge_leases(&self, hub: u64, ttl: f64) -> Result<Option<Vec<RunKey>>> {
         match &self.reads {
             Reads::Sqlite(_) => Ok(None),
@@ -353,10 +354,10 @@ impl Store {
 
     /// For hub `hub` of a cluster: takes the run's judge lease, whoever holds it (the run's
     /// collector just connected to this hub, so its heartbeats arrive here).
-    pub async fn take_lease(&self, hub: u64, ttl: f64, key: RunKey) -> Result<()> {
+    pub async fn take_lease(&self, hub: u64, key: RunKey) -> Result<()> {
         match &self.reads {
             Reads::Sqlite(_) => Ok(()),
-            Reads::Postgres(r) => r.take_lease(hub, ttl, key).await,
+            Reads::Postgres(r) => r.take_lease(hub, key).await,
         }
     }
 }

@@ -219,18 +219,34 @@ impl Reads {
         .await
     }
 
-    /// See [`super::Store::judge_leases`]: one statement renews this hub's leases, takes the
-    /// expired ones, and returns every run this hub judges now. Finished runs need no judge
-    /// and are left alone.
+    /// See [`super::Store::judge_leases`]. A lease is valid while its hub is alive, so a
+    /// renewal is one row (this hub's sign of life), however many runs it judges; runs are
+    /// written only when they change hands: a new run without a judge, or a dead hub's.
+    /// Finished runs need no judge and are left alone.
     pub(super) async fn judge_leases(&self, hub: u64, ttl: f64) -> Result<Vec<RunKey>> {
         self.read(move |c| {
             let now = stepstream_protocol::unix_now();
+            let hub = hub as i64;
+            c.execute(
+                "INSERT INTO hubs (id, seen) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET \
+                 seen = excluded.seen",
+                &[&hub, &now],
+            )?;
+            c.execute(
+                "INSERT INTO judges (run_key, hub) SELECT key, $1 FROM runs r WHERE status IN \
+                 ('running', 'stale') AND NOT EXISTS (SELECT 1 FROM judges j WHERE j.run_key = \
+                 r.key) ON CONFLICT DO NOTHING",
+                &[&hub],
+            )?;
+            c.execute(
+                "UPDATE judges SET hub = $1 WHERE hub <> $1 AND hub NOT IN (SELECT id FROM hubs \
+                 WHERE seen >= $2)",
+                &[&hub, &(now - ttl)],
+            )?;
             let rows = c.query(
-                "INSERT INTO judges (run_key, hub, until) SELECT key, $1, $2 FROM runs WHERE \
-                 status IN ('running', 'stale') ON CONFLICT (run_key) DO UPDATE SET hub = \
-                 excluded.hub, until = excluded.until WHERE judges.hub = excluded.hub OR \
-                 judges.until < $3 RETURNING run_key",
-                &[&(hub as i64), &(now + ttl), &now],
+                "SELECT j.run_key FROM judges j JOIN runs r ON r.key = j.run_key WHERE j.hub = \
+                 $1 AND r.status IN ('running', 'stale')",
+                &[&hub],
             )?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
@@ -238,13 +254,12 @@ impl Reads {
     }
 
     /// See [`super::Store::take_lease`].
-    pub(super) async fn take_lease(&self, hub: u64, ttl: f64, key: RunKey) -> Result<()> {
+    pub(super) async fn take_lease(&self, hub: u64, key: RunKey) -> Result<()> {
         self.read(move |c| {
-            let until = stepstream_protocol::unix_now() + ttl;
             c.execute(
-                "INSERT INTO judges (run_key, hub, until) VALUES ($1, $2, $3) ON CONFLICT \
-                 (run_key) DO UPDATE SET hub = excluded.hub, until = excluded.until",
-                &[&key, &(hub as i64), &until],
+                "INSERT INTO judges (run_key, hub) VALUES ($1, $2) ON CONFLICT (run_key) DO \
+                 UPDATE SET hub = excluded.hub",
+                &[&key, &(hub as i64)],
             )?;
             Ok(())
         })

@@ -65,11 +65,15 @@ CREATE TABLE batches (
     PRIMARY KEY (run_key, seq)
 );
 CREATE INDEX batches_by_step ON batches (run_key, lo_step, hi_step);
--- Which hub judges a run (status and alerts), until when (hub clock, unix seconds).
+-- Each hub's sign of life (hub clock, unix seconds), renewed every second.
+CREATE TABLE hubs (
+    id BIGINT PRIMARY KEY,
+    seen DOUBLE PRECISION NOT NULL
+);
+-- Which hub judges a run (status and alerts): valid while that hub is alive.
 CREATE TABLE judges (
     run_key BIGINT PRIMARY KEY,
-    hub BIGINT NOT NULL,
-    until DOUBLE PRECISION NOT NULL
+    hub BIGINT NOT NULL
 );
 "];
 
