@@ -315,12 +315,7 @@ fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
         let v = c.json(&format!(
             "/api/runs/{run_id}/series?metric=loss&from={from}&to={to}&budget=1000000"
         ));
-        let steps: Vec<i64> = v["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_i64().unwrap())
-            .collect();
+        let steps = series_steps(&v);
         assert_eq!(steps, (from..=to).collect::<Vec<_>>(), "{from}..={to}");
         assert_eq!(v["downsampled"], false);
     }

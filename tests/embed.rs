@@ -262,21 +262,16 @@ fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others
         Duration::from_millis(20),
     );
     // Issued while the hub runs, as an operator would.
-    let out = Command::new(env!("CARGO_BIN_EXE_stepstream"))
-        .args([
-            "token",
-            "--tokens",
-            tokens.to_str().unwrap(),
-            "--project",
-            "vision",
-        ])
-        .args(["--label", "the vision team's wiki"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        Command::new(env!("CARGO_BIN_EXE_stepstream"))
+            .args([
+                "token",
+                "--tokens",
+                tokens.to_str().unwrap(),
+                "--project",
+                "vision",
+            ])
+            .args(["--label", "the vision team's wiki"]),
     );
     let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(token.len() >= 40, "{token}");

@@ -171,12 +171,7 @@ fn downsampled_series_keeps_the_spike() {
     let s = hub.json(&format!("/api/runs/{id}/series?metric=loss&budget=500"));
     assert_eq!(s["total_points"], 100_000);
     assert_eq!(s["downsampled"], true);
-    let steps: Vec<i64> = s["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap())
-        .collect();
+    let steps = series_steps(&s);
     let values: Vec<f64> = s["values"]
         .as_array()
         .unwrap()

@@ -12,44 +12,43 @@ use stepstream_collector::tensorboard::event::{
 };
 use stepstream_collector::tensorboard::records::frame;
 
-fn simple(step: i64, wall: f64, tag: &str, v: f32) -> Vec<u8> {
+/// One framed event record holding one summary value.
+fn record(step: i64, wall: f64, value: Value) -> Vec<u8> {
     let e = Event {
         wall_time: wall,
         step,
-        summary: Some(Summary {
-            value: vec![Value {
-                tag: tag.into(),
-                simple_value: Some(v),
-                ..Default::default()
-            }],
-        }),
+        summary: Some(Summary { value: vec![value] }),
     };
     frame(&e.encode_to_vec())
 }
 
+/// A tensorboardX / PyTorch scalar: `simple_value`.
+fn simple(step: i64, wall: f64, tag: &str, v: f32) -> Vec<u8> {
+    let value = Value {
+        tag: tag.into(),
+        simple_value: Some(v),
+        ..Default::default()
+    };
+    record(step, wall, value)
+}
+
 /// A TF2 `tf.summary.scalar`: a float tensor in `tensor_content`, plugin `scalars`.
 fn tf2(step: i64, wall: f64, tag: &str, v: f32) -> Vec<u8> {
-    let e = Event {
-        wall_time: wall,
-        step,
-        summary: Some(Summary {
-            value: vec![Value {
-                tag: tag.into(),
-                tensor: Some(Tensor {
-                    dtype: 1,
-                    content: v.to_le_bytes().to_vec(),
-                    ..Default::default()
-                }),
-                metadata: Some(Metadata {
-                    plugin_data: Some(PluginData {
-                        plugin_name: "scalars".into(),
-                    }),
-                }),
-                ..Default::default()
-            }],
+    let value = Value {
+        tag: tag.into(),
+        tensor: Some(Tensor {
+            dtype: 1,
+            content: v.to_le_bytes().to_vec(),
+            ..Default::default()
         }),
+        metadata: Some(Metadata {
+            plugin_data: Some(PluginData {
+                plugin_name: "scalars".into(),
+            }),
+        }),
+        ..Default::default()
     };
-    frame(&e.encode_to_vec())
+    record(step, wall, value)
 }
 
 fn append(path: &Path, bytes: &[u8]) {
@@ -61,11 +60,11 @@ fn append(path: &Path, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
-fn import(hub: &Hub, dir: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_stepstream"))
-        .args(["import", dir.to_str().unwrap(), "--hub", &hub.ws()])
-        .output()
-        .unwrap()
+/// `stepstream import DIR` to the hub, once.
+fn import(hub: &Hub, dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stepstream"));
+    cmd.args(["import", dir.to_str().unwrap(), "--hub", &hub.ws()]);
+    cmd
 }
 
 fn runs_by_name(hub: &Hub) -> std::collections::HashMap<String, String> {
@@ -106,12 +105,7 @@ fn event_files_become_runs_incrementally_with_their_wall_times() {
         &b.join("events.out.tfevents.1764700001.host.2.0"),
         &simple(3, t0, "eval/loss", 0.5),
     );
-    let out = import(&hub, root.path());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(&mut import(&hub, root.path()));
     let runs = runs_by_name(&hub);
     let (ra, rb) = (&runs["exp/a"], &runs["exp/b"]);
     let loss = hub.json(&format!("/api/runs/{ra}/series?metric=loss"));
@@ -139,27 +133,17 @@ fn event_files_become_runs_incrementally_with_their_wall_times() {
     }
     let last = simple(15, t0 + 15.0, "loss", 0.001);
     append(&fa, &last[..last.len() - 5]);
-    let out = import(&hub, root.path());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(&mut import(&hub, root.path()));
     assert_eq!(runs_by_name(&hub).len(), 2, "the same runs");
     let loss = hub.json(&format!("/api/runs/{ra}/series?metric=loss"));
-    let steps: Vec<i64> = loss["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_i64().unwrap())
-        .collect();
+    let steps = series_steps(&loss);
     assert_eq!(
         steps,
         (0..15).collect::<Vec<_>>(),
         "nothing twice, the cut record waits"
     );
     append(&fa, &last[last.len() - 5..]);
-    assert!(import(&hub, root.path()).status.success());
+    succeed(&mut import(&hub, root.path()));
     let n = hub.json(&format!("/api/runs/{ra}/series?metric=loss"))["steps"]
         .as_array()
         .unwrap()
@@ -174,7 +158,7 @@ fn event_files_become_runs_incrementally_with_their_wall_times() {
     bad[at] ^= 0x10;
     append(&fb, &bad);
     append(&fa, &simple(16, t0 + 16.0, "loss", 0.0001));
-    let out = import(&hub, root.path());
+    let out = import(&hub, root.path()).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("checksum") && err.contains("exp/b"), "{err}");
@@ -232,13 +216,7 @@ fn import_follow_streams_new_events_and_new_directories_until_stopped() {
         || (records("a") == Some(5) && records("b") == Some(1)).then_some(()),
     );
     // SIGTERM: it finishes its runs and exits cleanly.
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = stop(child, "-TERM");
     assert!(err.contains("all acknowledged"), "{err}");
     let id = &runs_by_name(&hub)["a"];
     assert_eq!(hub.json(&format!("/api/runs/{id}"))["status"], "finished");

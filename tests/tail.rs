@@ -66,13 +66,7 @@ fn tail_follows_a_growing_csv_with_a_torn_last_line() {
     });
 
     // Stop the tail as a user would; it finishes the run.
-    Command::new("kill")
-        .args(["-INT", &tail.id().to_string()])
-        .status()
-        .unwrap();
-    let out = tail.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let stderr = stop(tail, "-INT");
     assert!(
         stderr.contains("skipped"),
         "the bad row is reported: {stderr}"
@@ -108,15 +102,10 @@ fn tail_follows_a_growing_csv_with_a_torn_last_line() {
 
     // A second tail of the same file resumes the same run and sends nothing twice.
     append(&csv, &row(21));
-    let out = Command::new(BIN)
-        .args(["tail", "--no-follow", "--hub", &hub.ws()])
-        .arg(&csv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        Command::new(BIN)
+            .args(["tail", "--no-follow", "--hub", &hub.ws()])
+            .arg(&csv),
     );
     let run = hub.run_json(&run_id).unwrap();
     assert_eq!(run["records"], 21);
@@ -206,30 +195,20 @@ fn tail_reads_a_mindformers_training_log_without_touching_the_script() {
     }
     text.push_str("2026-06-01 08:00:00,001 - mindformers[mindformers/core/callback/callback.py:512] - INFO - { epoch: 3, step: 7, loss: 0.125, per_step_time: 90ms, lr: 7e-4, global_norm: 0.25 }\n");
     std::fs::write(&log, text).unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "tail",
-            log.to_str().unwrap(),
-            "--format",
-            "mindformers",
-            "--no-follow",
-        ])
-        .args(["--hub", &hub.ws(), "--run-id", "mf-log"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeed(
+        Command::new(BIN)
+            .args([
+                "tail",
+                log.to_str().unwrap(),
+                "--format",
+                "mindformers",
+                "--no-follow",
+            ])
+            .args(["--hub", &hub.ws(), "--run-id", "mf-log"]),
     );
     let series = |m: &str| hub.json(&format!("/api/runs/mf-log/series?metric={m}"));
     let loss = series("loss");
-    let steps: Vec<i64> = loss["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_i64().unwrap())
-        .collect();
+    let steps = series_steps(&loss);
     assert_eq!(steps, [1, 2, 3, 4, 5, 6, 7], "global steps across epochs");
     assert_eq!(loss["values"][4], 2.0, "10 / step 5");
     assert_eq!(series("lr")["values"][6], 7e-4);

@@ -638,3 +638,32 @@ pub fn nginx(port: u16, upstream: &str) -> Nginx {
         _dir: dir,
     }
 }
+
+/// Runs a command to its end; fails the test with its stderr unless it succeeded.
+pub fn succeed(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Stops a child process with `signal` (`"-INT"`, `"-TERM"`), as a user would; fails the
+/// test unless it then exits cleanly; returns what it wrote to stderr.
+pub fn stop(child: Child, signal: &str) -> String {
+    Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// The steps of a `/api/runs/{id}/series` answer.
+pub fn series_steps(series: &serde_json::Value) -> Vec<i64> {
+    serde_json::from_value(series["steps"].clone()).unwrap()
+}
