@@ -25,11 +25,14 @@ import time
 import numpy as np
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import Model, nn, ops
-from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+from mindspore import Model, nn
 from mindspore.train import Callback
 
 from stepstream.mindspore import StepStreamCallback, TrainOneStepWithGradNorm
+
+# The tests' warmup + cosine schedule cell, with this benchmark's longer warmup.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from mstrain import WarmupCosine  # noqa: E402
 
 ms.set_context(mode=ms.GRAPH_MODE)
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -37,20 +40,6 @@ HUB = ARGS[0] if ARGS else "ws://127.0.0.1:7070"
 STEPS = int(ARGS[1]) if len(ARGS) > 1 else 1500
 ROUNDS = int(ARGS[2]) if len(ARGS) > 2 else 5
 PEAK, WARMUP = 0.05, 100
-
-
-class WarmupCosine(LearningRateSchedule):
-    def __init__(self, total):
-        super().__init__()
-        self.total = float(total)
-
-    def construct(self, global_step):
-        s = ops.cast(global_step, ms.float32)
-        warm = PEAK * (s + 1.0) / WARMUP
-        t = ops.clip_by_value((s - WARMUP) / (self.total - WARMUP), 0.0, 1.0)
-        cos = PEAK * 0.5 * (1.0 + ops.cos(3.141592653589793 * t))
-        is_warm = ops.cast(s < WARMUP, ms.float32)
-        return is_warm * warm + (1.0 - is_warm) * cos
 
 
 class Empty(Callback):
@@ -88,7 +77,7 @@ def dataset(n, batch=32, seed=0):
 def model(with_cell: bool):
     ms.set_seed(1)
     net = nn.SequentialCell(nn.Dense(64, 256), nn.ReLU(), nn.Dense(256, 256), nn.ReLU(), nn.Dense(256, 8))
-    opt = nn.Momentum(net.trainable_params(), learning_rate=WarmupCosine(STEPS), momentum=0.9)
+    opt = nn.Momentum(net.trainable_params(), learning_rate=WarmupCosine(STEPS, PEAK, WARMUP), momentum=0.9)
     if with_cell:
         return Model(TrainOneStepWithGradNorm(nn.WithLossCell(net, nn.MSELoss()), opt))
     return Model(net, nn.MSELoss(), opt)

@@ -34,16 +34,18 @@ def schedule(k, total):
 
 
 class WarmupCosine(LearningRateSchedule):
-    def __init__(self, total):
+    """`schedule` as a MindSpore schedule cell (elementwise: a vector of steps works too)."""
+
+    def __init__(self, total, peak=PEAK, warmup=WARMUP):
         super().__init__()
-        self.total = float(total)
+        self.total, self.peak, self.warmup = float(total), float(peak), float(warmup)
 
     def construct(self, global_step):
         s = ops.cast(global_step, ms.float32)
-        warm = PEAK * (s + 1.0) / WARMUP
-        t = ops.clip_by_value((s - WARMUP) / (self.total - WARMUP), 0.0, 1.0)
-        cos = PEAK * 0.5 * (1.0 + ops.cos(math.pi * t))
-        is_warm = ops.cast(s < WARMUP, ms.float32)
+        warm = self.peak * (s + 1.0) / self.warmup
+        t = ops.clip_by_value((s - self.warmup) / (self.total - self.warmup), 0.0, 1.0)
+        cos = self.peak * 0.5 * (1.0 + ops.cos(math.pi * t))
+        is_warm = ops.cast(s < self.warmup, ms.float32)
         return is_warm * warm + (1.0 - is_warm) * cos
 
 

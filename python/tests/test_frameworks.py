@@ -23,19 +23,15 @@ def train(script: str, hub, tmp_path, env=None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def series(hub, run_id, metric):
-    return hub.series(run_id, metric)
-
-
 def test_pytorch_plain_loop(hub, tmp_path):
     r = train("train_torch.py", hub, tmp_path)
     assert r["delivered"]
-    norms, lrs = series(hub, r["run_id"], "grad_norm"), series(hub, r["run_id"], "lr")
+    norms, lrs = hub.series(r["run_id"], "grad_norm"), hub.series(r["run_id"], "lr")
     assert sorted(norms) == list(range(30)) and sorted(lrs) == list(range(30))
     for step in range(30):
         assert norms[step] == pytest.approx(r["norm"][step], rel=1e-5), f"grad norm at {step}"
         assert lrs[step] == pytest.approx(r["lr"][step], rel=1e-9), f"lr at {step}"
-    assert len(series(hub, r["run_id"], "loss")) == 30
+    assert len(hub.series(r["run_id"], "loss")) == 30
     # 60 tensors (loss, grad norm) crossed to the host in one copy per 10 steps, not per tensor.
     assert r["tensors"] == 60 and r["copies"] <= 3, r
     assert hub.run(r["run_id"])["framework"] == "pytorch"
@@ -47,49 +43,47 @@ def test_transformers_trainer(hub, tmp_path):
     assert info["status"] == "finished" and info["framework"] == "transformers"
     assert info["config"]["training_args"]["max_steps"] == 12
     assert info["config"]["model_config"]["n_embd"] == 16
-    lrs = series(hub, r["run_id"], "learning_rate")
+    lrs = hub.series(r["run_id"], "learning_rate")
     assert sorted(lrs) == list(range(1, 13)), "every optimizer step"
     for step in range(1, 13):
         assert lrs[step] == pytest.approx(r["lr"][step - 1], rel=1e-6), f"applied lr at step {step}"
-    assert sorted(series(hub, r["run_id"], "loss")) == [2, 4, 6, 8, 10, 12]
-    assert sorted(series(hub, r["run_id"], "grad_norm")) == [2, 4, 6, 8, 10, 12]
-    assert sorted(series(hub, r["run_id"], "eval_loss")) == [6, 12]
-    tokens = series(hub, r["run_id"], "tokens_seen")
+    assert sorted(hub.series(r["run_id"], "loss")) == [2, 4, 6, 8, 10, 12]
+    assert sorted(hub.series(r["run_id"], "grad_norm")) == [2, 4, 6, 8, 10, 12]
+    assert sorted(hub.series(r["run_id"], "eval_loss")) == [6, 12]
+    tokens = hub.series(r["run_id"], "tokens_seen")
     assert tokens[12] == 12 * 4 * 16, tokens
-    assert len(series(hub, r["run_id"], "tokens_per_sec")) == 11
+    assert len(hub.series(r["run_id"], "tokens_per_sec")) == 11
 
 
 def test_lightning_logger_beside_another(hub, tmp_path):
     r = train("train_lightning.py", hub, tmp_path)
     info = hub.run(r["run_id"])
     assert info["status"] == "finished" and info["config"]["hidden"] == 8
-    ours = series(hub, r["run_id"], "train_loss")
+    ours = hub.series(r["run_id"], "train_loss")
     csv_rows = {int(k): v for k, v in r["csv"].items()}
     assert ours.keys() == csv_rows.keys() and len(ours) == 16
     for step, v in csv_rows.items():
         assert ours[step] == pytest.approx(v, rel=1e-6)
-    assert len(series(hub, r["run_id"], "val_loss")) == 2
+    assert len(hub.series(r["run_id"], "val_loss")) == 2
+
+
+def assert_fit_of_eight_steps(hub, r, lr_metric, eval_metric):
+    """A `fit` of 8 steps (2 epochs of 4): finished, the lr the optimizer applied at every
+    step, every step's loss, the evaluation at the end of each epoch."""
+    assert hub.run(r["run_id"])["status"] == "finished" and r["steps"] == 8
+    lrs = hub.series(r["run_id"], lr_metric)
+    assert sorted(lrs) == list(range(8))
+    for step in range(8):
+        assert lrs[step] == pytest.approx(r["lr"][step], rel=1e-6), f"applied lr at {step}"
+    assert len(hub.series(r["run_id"], "loss")) == 8
+    assert sorted(hub.series(r["run_id"], eval_metric)) == [3, 7]
 
 
 def test_paddle_model_fit(hub, tmp_path):
     r = train("train_paddle.py", hub, tmp_path)
-    info = hub.run(r["run_id"])
-    assert info["status"] == "finished" and r["steps"] == 8
-    lrs = series(hub, r["run_id"], "lr")
-    assert sorted(lrs) == list(range(8))
-    for step in range(8):
-        assert lrs[step] == pytest.approx(r["lr"][step], rel=1e-6), f"applied lr at {step}"
-    assert len(series(hub, r["run_id"], "loss")) == 8
-    assert sorted(series(hub, r["run_id"], "eval_acc")) == [3, 7]
+    assert_fit_of_eight_steps(hub, r, "lr", "eval_acc")
 
 
 def test_keras_fit(hub, tmp_path):
     r = train("train_keras.py", hub, tmp_path, env={"KERAS_BACKEND": "torch"})
-    info = hub.run(r["run_id"])
-    assert info["status"] == "finished" and r["steps"] == 8
-    lrs = series(hub, r["run_id"], "learning_rate")
-    assert sorted(lrs) == list(range(8))
-    for step in range(8):
-        assert lrs[step] == pytest.approx(r["lr"][step], rel=1e-6), f"applied lr at {step}"
-    assert len(series(hub, r["run_id"], "loss")) == 8
-    assert sorted(series(hub, r["run_id"], "val_loss")) == [3, 7]
+    assert_fit_of_eight_steps(hub, r, "learning_rate", "val_loss")
