@@ -10,15 +10,20 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use stepstream_protocol::MetricId;
 
 pub struct Archive {
     pub metrics_path: PathBuf,
     pub config_path: PathBuf,
     columns: Vec<String>,
+    /// The column of each metric id seen so far (ids are small and dense).
+    column_of: Vec<Option<usize>>,
     writer: Option<BufWriter<File>>,
     unflushed: usize,
     flush_every: usize,
     row: Vec<Option<f64>>,
+    /// The row being written, kept to reuse its allocation.
+    line: String,
 }
 
 /// Free `run_<stamp>[_<tag>]` file names in `dir`.
@@ -61,10 +66,12 @@ impl Archive {
             metrics_path,
             config_path,
             columns: Vec::new(),
+            column_of: Vec::new(),
             writer: None,
             unflushed: 0,
             flush_every: flush_every.max(1),
             row: Vec::new(),
+            line: String::new(),
         })
     }
 
@@ -103,34 +110,53 @@ impl Archive {
         Ok(())
     }
 
-    /// Appends one step's row; flushes every `flush_every` rows.
-    pub fn row(
+    /// Appends one step's row; flushes every `flush_every` rows. `name` gives a metric id's
+    /// name, asked once per id (its column is remembered); an id without a name is skipped.
+    pub fn row<'a>(
         &mut self,
         step: i64,
         wall_time: f64,
-        values: &[(&str, f64)],
+        values: &[(MetricId, f64)],
+        name: impl Fn(MetricId) -> Option<&'a str>,
     ) -> std::io::Result<()> {
         let old = self.columns.len();
-        for (name, _) in values {
-            if !self.columns.iter().any(|c| c == name) {
-                self.columns.push(name.to_string());
+        for &(id, _) in values {
+            let i = id.0 as usize;
+            if self.column_of.get(i).is_some_and(Option::is_some) {
+                continue;
             }
+            let Some(n) = name(id) else { continue };
+            let column = match self.columns.iter().position(|c| c == n) {
+                Some(c) => c,
+                None => {
+                    self.columns.push(n.to_string());
+                    self.columns.len() - 1
+                }
+            };
+            if self.column_of.len() <= i {
+                self.column_of.resize(i + 1, None);
+            }
+            self.column_of[i] = Some(column);
         }
         if self.writer.is_none() || self.columns.len() != old {
             self.rewrite(old)?;
         }
         self.row.clear();
         self.row.resize(self.columns.len(), None);
-        for (name, v) in values {
-            if let Some(i) = self.columns.iter().position(|c| c == name) {
-                self.row[i] = Some(*v);
+        for &(id, v) in values {
+            if let Some(Some(c)) = self.column_of.get(id.0 as usize) {
+                self.row[*c] = Some(v);
             }
         }
-        let mut line = format!("{step},{wall_time:.6}");
+        let line = &mut self.line;
+        line.clear();
+        push_int(line, step);
+        line.push(',');
+        push_timestamp(line, wall_time);
         for c in &self.row {
             line.push(',');
             if let Some(v) = c {
-                stepstream_protocol::csv::push_value(&mut line, *v);
+                stepstream_protocol::csv::push_value(line, *v);
             }
         }
         line.push('\n');
@@ -158,6 +184,46 @@ impl Drop for Archive {
     }
 }
 
+/// `n` in decimal, without going through `fmt` (this runs for every step).
+fn push_int(out: &mut String, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push('-');
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+/// Seconds with six decimals (`{:.6}`), by integer arithmetic for any time a clock gives.
+fn push_timestamp(out: &mut String, t: f64) {
+    let micros = (t * 1e6).round();
+    if !(0.0..9.0e15).contains(&micros) {
+        use std::fmt::Write;
+        let _ = write!(out, "{t:.6}");
+        return;
+    }
+    let micros = micros as i64;
+    push_int(out, micros / 1_000_000);
+    out.push('.');
+    let frac = micros % 1_000_000;
+    let mut scale = 100_000;
+    while scale > 0 {
+        out.push(char::from(b'0' + (frac / scale % 10) as u8));
+        scale /= 10;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,18 +237,22 @@ mod tests {
             std::fs::read_to_string(&a.config_path).unwrap(),
             "{\"lr\":0.1}"
         );
+        let names = ["loss", "lr", "grad_norm"];
+        let name = |id: MetricId| names.get(id.0 as usize).copied();
+        let (loss, lr, grad_norm) = (MetricId(0), MetricId(1), MetricId(2));
         for step in 1..=12 {
             a.row(
                 step,
                 10.0 + step as f64,
-                &[("loss", 1.0 / step as f64), ("lr", 0.1)],
+                &[(loss, 1.0 / step as f64), (lr, 0.1)],
+                name,
             )
             .unwrap();
         }
         // 10 rows flushed, 2 still buffered: a crash now would lose only those.
         let text = std::fs::read_to_string(&a.metrics_path).unwrap();
         assert_eq!(text.lines().count(), 11);
-        a.row(13, 23.0, &[("loss", f64::NAN), ("grad_norm", 2.0)])
+        a.row(13, 23.0, &[(loss, f64::NAN), (grad_norm, 2.0)], name)
             .unwrap();
         a.flush().unwrap();
         let text = std::fs::read_to_string(&a.metrics_path).unwrap();
@@ -193,5 +263,31 @@ mod tests {
         // A second run in the same second gets its own files.
         let b = Archive::create(dir.path(), 1_796_234_667.0, "", "{}", 10).unwrap();
         assert_ne!(a.metrics_path, b.metrics_path);
+    }
+
+    #[test]
+    fn steps_and_timestamps_are_written_as_fmt_would() {
+        for n in [0, 7, -7, 10, 1_000_000, i64::MAX, i64::MIN] {
+            let mut s = String::new();
+            push_int(&mut s, n);
+            assert_eq!(s, n.to_string());
+        }
+        for t in [
+            0.0,
+            1.5,
+            1_796_234_667.25,
+            1_796_234_667.000_001,
+            1_796_234_667.999_999_7,
+            12.0,
+        ] {
+            let mut s = String::new();
+            push_timestamp(&mut s, t);
+            assert_eq!(s, format!("{t:.6}"), "{t}");
+        }
+        for t in [-1.5, 1e300, f64::NAN] {
+            let mut s = String::new();
+            push_timestamp(&mut s, t);
+            assert_eq!(s, format!("{t:.6}"));
+        }
     }
 }

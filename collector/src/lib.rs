@@ -11,13 +11,14 @@
 //! assert!(report.delivered);
 //! ```
 //!
-//! [`Collector::log`] puts the record on a bounded queue and returns; a background thread
+//! [`Collector::log`] puts the record on a bounded queue (`queue`) and returns; a background thread
 //! (`sender`) batches, sends, waits for the hub's acknowledgements, reconnects with backoff,
 //! and resends whatever was not acknowledged. The hub drops resent batches it already
 //! stored, so every record arrives exactly once.
 
 pub mod archive;
 mod ids;
+mod queue;
 mod sender;
 mod spool;
 pub mod system;
@@ -32,7 +33,7 @@ use std::time::Duration;
 use stepstream_protocol::{
     unix_now, utc_stamp, FinishStatus, MetricDef, MetricId, RunId, StepRecord,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 pub use stepstream_protocol::RunId as Id;
 
@@ -161,7 +162,6 @@ pub struct Report {
 /// Counters shared by the caller and the sender thread.
 #[derive(Default)]
 pub(crate) struct Stats {
-    pub logged: AtomicU64,
     pub dropped: AtomicU64,
     pub acked: AtomicU64,
     pub unacked: AtomicU64,
@@ -186,7 +186,7 @@ pub(crate) enum Command {
 pub struct Collector {
     run_id: RunId,
     archive: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    queue: mpsc::Sender<Command>,
+    queue: Arc<queue::Queue>,
     names: Mutex<HashMap<String, MetricId>>,
     stats: Arc<Stats>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -319,14 +319,21 @@ impl Collector {
         let archive_paths = archive
             .as_ref()
             .map(|a| (a.metrics_path.clone(), a.config_path.clone()));
-        let (queue, commands) = mpsc::channel(options.queue_capacity.max(16));
+        let queue = Arc::new(queue::Queue::new(options.queue_capacity));
         let stats = Arc::new(Stats::default());
         let tls = tls::client_config(options.ca_file.as_deref()).map_err(StartError::Tls)?;
-        let sender =
-            sender::Sender::new(url, options.clone(), identity, stats.clone(), archive, tls);
+        let sender = sender::Sender::new(
+            url,
+            options.clone(),
+            identity,
+            stats.clone(),
+            archive,
+            tls,
+            queue.clone(),
+        );
         let thread = std::thread::Builder::new()
             .name("stepstream-sender".into())
-            .spawn(move || sender.run(commands))
+            .spawn(move || sender.run())
             .map_err(StartError::Thread)?;
         Ok(Collector {
             run_id,
@@ -392,7 +399,7 @@ impl Collector {
             name: name.to_string(),
         };
         // A definition that does not fit is retried with the next record.
-        if self.queue.try_send(Command::Define(def)).is_err() {
+        if self.queue.push(Command::Define(def)).is_err() {
             return None;
         }
         names.insert(name.to_string(), id);
@@ -401,7 +408,7 @@ impl Collector {
 
     /// Records one step of metrics by id (from [`Collector::metric_id`]): the fast path of a
     /// binding that caches ids, with no name lookup per value.
-    pub fn log_ids_at(&self, step: i64, wall_time: f64, values: Vec<(MetricId, f64)>) {
+    pub fn log_ids_at(&self, step: i64, wall_time: f64, values: &[(MetricId, f64)]) {
         self.last_step.store(step, Ordering::Relaxed);
         self.push_record(step, wall_time, values, true);
     }
@@ -421,41 +428,30 @@ impl Collector {
                 }
             }
         }
-        self.push_record(step, wall_time, values, archive);
+        self.push_record(step, wall_time, &values, archive);
     }
 
-    fn push_record(
-        &self,
-        step: i64,
-        wall_time: f64,
-        mut values: Vec<(MetricId, f64)>,
-        archive: bool,
-    ) {
-        if values.len() > 1 {
+    fn push_record(&self, step: i64, wall_time: f64, values: &[(MetricId, f64)], archive: bool) {
+        let queued = if values.windows(2).all(|w| w[0].0 < w[1].0) {
+            self.queue.push_record(step, wall_time, values, archive)
+        } else {
             // A name given twice in one call: one value per metric, the last one winning
-            // (the hub refuses a record that carries a metric twice).
-            values.reverse();
-            values.sort_by_key(|&(id, _)| id);
-            values.dedup_by_key(|&mut (id, _)| id);
-        }
-        let record = StepRecord {
-            step,
-            wall_time,
-            values,
+            // (the hub refuses a record that carries a metric twice). Ids are given in
+            // first-use order, so a record whose names come in that order is already sorted.
+            let mut unique = values.to_vec();
+            unique.reverse();
+            unique.sort_by_key(|&(id, _)| id);
+            unique.dedup_by_key(|&mut (id, _)| id);
+            self.queue.push_record(step, wall_time, &unique, archive)
         };
-        self.stats.logged.fetch_add(1, Ordering::Relaxed);
-        if self
-            .queue
-            .try_send(Command::Record(record, archive))
-            .is_err()
-        {
+        if !queued {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Asks the sender to send what it holds now rather than with the next batch.
     pub fn flush(&self) {
-        let _ = self.queue.try_send(Command::Flush);
+        let _ = self.queue.push(Command::Flush);
     }
 
     /// Whether the sender is connected to the hub right now.
@@ -486,7 +482,7 @@ impl Collector {
     fn report(&self, delivered: bool) -> Report {
         Report {
             delivered,
-            logged: self.stats.logged.load(Ordering::Relaxed),
+            logged: self.queue.logged(),
             dropped: self.stats.dropped.load(Ordering::Relaxed),
             acked: self.stats.acked.load(Ordering::Relaxed),
             unacked: self.stats.unacked.load(Ordering::Relaxed),
@@ -519,10 +515,10 @@ impl Collector {
         // The queue may be full (the sender is behind or stuck): retry until the deadline
         // rather than block on it.
         let queued = loop {
-            match self.queue.try_send(finish) {
+            match self.queue.push(finish) {
                 Ok(()) => break true,
-                Err(mpsc::error::TrySendError::Closed(_)) => break false,
-                Err(mpsc::error::TrySendError::Full(again)) => {
+                Err(queue::Refused::SenderGone) => break false,
+                Err(queue::Refused::Full(again)) => {
                     if expired() {
                         break false;
                     }
@@ -564,6 +560,7 @@ impl Drop for Collector {
         if self.thread.lock().map(|t| t.is_some()).unwrap_or(false) {
             self.end(Outcome::Finished);
         }
+        self.queue.close();
     }
 }
 

@@ -6,6 +6,7 @@
 //! `Welcome` says which batches it already stored, and the rest are resent in order.
 
 use crate::ids::MetricTable;
+use crate::queue::Queue;
 use crate::{Command, Options, Stats};
 use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
@@ -16,7 +17,7 @@ use stepstream_protocol::{
     codec, limits, unix_now, Batch, DefineMetrics, Finish, FinishStatus, FromHub, Heartbeat, Hello,
     RunIdentity, StepRecord, ToHub, Welcome,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -49,6 +50,14 @@ pub(crate) struct Sender {
     building_bytes: usize,
     /// Random per process: the hub tells this writer from a second one on the same run.
     writer: u64,
+    /// Where `log` leaves commands.
+    queue: Arc<Queue>,
+    /// What the last take swapped out of the queue (kept for its allocations).
+    arrivals: crate::queue::Taken,
+    /// Commands taken from the queue and not yet handled (when the buffers are full).
+    inbox: VecDeque<Command>,
+    /// Some `Collector` handle remains: more may come.
+    queue_open: bool,
     /// Commands taken from the queue since the last tick.
     taken: usize,
     pending: VecDeque<Batch>,
@@ -93,6 +102,7 @@ impl Sender {
         stats: Arc<Stats>,
         archive: Option<crate::archive::Archive>,
         tls: Arc<rustls::ClientConfig>,
+        queue: Arc<Queue>,
     ) -> Sender {
         Sender {
             url,
@@ -103,6 +113,10 @@ impl Sender {
             building: Vec::new(),
             building_bytes: 0,
             writer: crate::random_u64(),
+            queue,
+            arrivals: Default::default(),
+            inbox: VecDeque::new(),
+            queue_open: true,
             taken: 0,
             pending: VecDeque::new(),
             next_seq: 1,
@@ -118,7 +132,15 @@ impl Sender {
         }
     }
 
-    pub(crate) fn run(mut self, commands: mpsc::Receiver<Command>) {
+    pub(crate) fn run(mut self) {
+        // However this thread ends, `log` then stops queueing for it.
+        struct Ended(Arc<Queue>);
+        impl Drop for Ended {
+            fn drop(&mut self) {
+                self.0.sender_ended();
+            }
+        }
+        let _ended = Ended(self.queue.clone());
         let rt = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -131,7 +153,7 @@ impl Sender {
                 return;
             }
         };
-        rt.block_on(self.main(commands));
+        rt.block_on(self.main());
     }
 
     fn can_buffer(&self) -> bool {
@@ -185,12 +207,8 @@ impl Sender {
             return;
         };
         // Ids are dense and defined before use (see `Collector::log_at`).
-        let values: Vec<(&str, f64)> = r
-            .values
-            .iter()
-            .filter_map(|&(id, v)| Some((self.metrics.name(id)?, v)))
-            .collect();
-        if let Err(e) = archive.row(r.step, r.wall_time, &values) {
+        let metrics = &self.metrics;
+        if let Err(e) = archive.row(r.step, r.wall_time, &r.values, |id| metrics.name(id)) {
             // A full disk must not stop training: say so once and stop archiving.
             tracing::error!(error = %e, "stepstream: cannot write the run archive; archiving stops");
             if let Ok(mut last) = self.stats.last_error.lock() {
@@ -207,20 +225,30 @@ impl Sender {
     }
 
     /// Takes whatever else is already queued, without waiting.
-    fn drain(&mut self, commands: &mut mpsc::Receiver<Command>) {
+    fn drain(&mut self) {
         while self.can_buffer() && self.building.len() < self.options.max_batch * 4 {
-            match commands.try_recv() {
-                Ok(cmd) => {
+            if self.inbox.is_empty() && self.queue_open {
+                self.queue_open = self.queue.take_all(&mut self.arrivals);
+                self.arrivals.unpack(&mut self.inbox);
+            }
+            match self.inbox.pop_front() {
+                Some(cmd) => {
                     self.taken += 1;
                     self.take(Some(cmd))
                 }
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    self.take(None);
+                None => {
+                    if !self.queue_open {
+                        self.take(None);
+                    }
                     break;
                 }
             }
         }
+    }
+
+    /// Whether sleeping on the queue is what to do: there is room, and nothing taken waits.
+    fn may_wait_for_commands(&self) -> bool {
+        self.can_buffer() && self.queue_open && self.inbox.is_empty()
     }
 
     /// Seals `building` into batches of at most `max_batch` records and
@@ -439,10 +467,10 @@ impl Sender {
         }
     }
 
-    async fn main(&mut self, mut commands: mpsc::Receiver<Command>) {
+    async fn main(&mut self) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.connection(&mut commands).await {
+            match self.connection().await {
                 Ended::Done => return,
                 Ended::Lost { error, progressed } => {
                     self.stats.connected.store(false, Ordering::Relaxed);
@@ -460,19 +488,18 @@ impl Sender {
             let jitter = Duration::from_millis(u64::from(std::process::id() % 97));
             let until = Instant::now() + backoff + jitter;
             loop {
+                self.drain();
+                let queue = self.queue.clone();
                 tokio::select! {
                     _ = sleep_until(until) => break,
-                    cmd = commands.recv(), if self.can_buffer() => {
-                        self.take(cmd);
-                        self.drain(&mut commands);
-                    }
+                    _ = queue.wait(), if self.may_wait_for_commands() => {}
                 }
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
-    async fn connection(&mut self, commands: &mut mpsc::Receiver<Command>) -> Ended {
+    async fn connection(&mut self) -> Ended {
         // Whether the hub acknowledged anything on this connection.
         let mut progressed = false;
         let lost = |error: String, progressed: bool| Ended::Lost { error, progressed };
@@ -520,7 +547,7 @@ impl Sender {
         let mut finish_sent = false;
         let mut last_send = Instant::now();
         loop {
-            self.drain(commands);
+            self.drain();
             let unsent = self.metrics.take_unsent();
             if !unsent.is_empty() {
                 let defs = ToHub::DefineMetrics(DefineMetrics { metrics: unsent });
@@ -573,6 +600,7 @@ impl Sender {
 
             let beat_at = last_send + self.options.heartbeat;
             let busy = std::mem::take(&mut self.taken) >= BUSY_TICK;
+            let queue = self.queue.clone();
             tokio::select! {
                 // Many records a second: look at the queue every POLL instead of awaiting
                 // it, since an awaited queue makes every `log` wake this thread (a futex
@@ -580,10 +608,7 @@ impl Sender {
                 // latency and no syscall in `log`. Fewer: sleep on the queue, each record
                 // wakes it (fewer wakeups than ticking, and no added latency).
                 _ = tokio::time::sleep(POLL), if self.can_buffer() && busy => {}
-                cmd = commands.recv(), if self.can_buffer() && !busy => {
-                    self.taken += 1;
-                    self.take(cmd);
-                }
+                _ = queue.wait(), if !busy && self.may_wait_for_commands() => {}
                 msg = next_from_hub(&mut stream) => match msg {
                     Ok(FromHub::Ack(ack)) => {
                         progressed = true;

@@ -2,16 +2,18 @@
 //! `step,timestamp,` then one column per metric; non-finite values as `nan`, `inf`, `-inf`;
 //! an empty cell for a metric the step did not log. Kept here so the two cannot drift.
 
-use std::fmt::Write;
-
-/// Appends one value cell.
+/// Appends one value cell: the shortest text that reads back as the same `f64` (`ryu`, a
+/// few times faster than `{}`; this runs for every value of every step), `3` rather than
+/// `3.0`, and `nan`, `inf`, `-inf`.
 pub fn push_value(out: &mut String, v: f64) {
     if v.is_nan() {
         out.push_str("nan");
     } else if v.is_infinite() {
         out.push_str(if v > 0.0 { "inf" } else { "-inf" });
     } else {
-        let _ = write!(out, "{v}");
+        let mut buf = ryu::Buffer::new();
+        let text = buf.format_finite(v);
+        out.push_str(text.strip_suffix(".0").unwrap_or(text));
     }
 }
 
@@ -47,6 +49,20 @@ mod tests {
             s.push(',');
         }
         assert_eq!(s, "0.1,nan,-inf,3,");
+        // Every finite value reads back exactly.
+        for v in [
+            1e-7,
+            -2.5e300,
+            123456789.125,
+            5e-324,
+            f64::MAX,
+            -0.0,
+            0.30000000000000004,
+        ] {
+            let mut s = String::new();
+            push_value(&mut s, v);
+            assert_eq!(s.parse::<f64>().unwrap().to_bits(), v.to_bits(), "{s}");
+        }
         assert_eq!(header(["loss", "a,b"]), "step,timestamp,loss,\"a,b\"\n");
     }
 }

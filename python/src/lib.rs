@@ -112,6 +112,12 @@ struct Run {
     /// passes the same (interned) key objects every step, and reading a `str`'s text
     /// through the stable ABI costs an allocation. Holding the object keeps the address valid.
     names: FxHashMap<usize, Name>,
+    /// The previous record's keys (addresses of objects held in `names`) in order, with
+    /// their ids: a training loop passes the same keys in the same order every step, and a
+    /// record of that shape then needs no lookup at all.
+    shape: Vec<(usize, MetricId)>,
+    /// The ids and values of the record being logged (kept for its allocation).
+    scratch: Vec<(MetricId, f64)>,
     run_id: String,
     archive: Option<(String, String)>,
 }
@@ -128,6 +134,31 @@ impl Run {
             });
         }
         Ok(addr)
+    }
+
+    /// Whether the record's keys are the previous record's, in the same order, and every
+    /// value a plain number; its ids and values are then in `ids`. `false` sends it down the
+    /// general path.
+    fn same_shape(
+        &self,
+        metrics: &Bound<'_, PyDict>,
+        ids: &mut Vec<(MetricId, f64)>,
+    ) -> PyResult<bool> {
+        if metrics.len() != self.shape.len() || self.shape.is_empty() {
+            return Ok(false);
+        }
+        for ((k, v), &(addr, id)) in metrics.iter().zip(&self.shape) {
+            // The address of a key held in `names`: that very `str` object, so no check of
+            // its type or text is needed.
+            if k.as_ptr() as usize != addr {
+                return Ok(false);
+            }
+            match number(&v)? {
+                Some(f) => ids.push((id, f)),
+                None => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// The collector's id for the name at `addr`, asked once per key object.
@@ -237,6 +268,8 @@ impl Run {
             next_step: 0,
             unconvertible: 0,
             names: FxHashMap::default(),
+            shape: Vec::new(),
+            scratch: Vec::new(),
             run_id: collector.run_id().to_string(),
             archive: collector
                 .archive_paths()
@@ -253,15 +286,30 @@ impl Run {
         metrics: &Bound<'_, PyDict>,
         step: Option<i64>,
     ) -> PyResult<()> {
-        let Some(c) = self.collector.clone() else {
+        let Some(c) = self.collector.as_ref() else {
             return Ok(());
         };
         let step = step.unwrap_or(self.next_step);
         self.next_step = step + 1;
         let wall_time = unix_now();
+        if self.held.is_empty() {
+            let mut ids = std::mem::take(&mut self.scratch);
+            let same = self.same_shape(metrics, &mut ids);
+            if let Ok(true) = same {
+                c.log_ids_at(step, wall_time, &ids);
+            }
+            ids.clear();
+            self.scratch = ids;
+            if same? {
+                return Ok(());
+            }
+        }
+        let c = c.clone();
         if self.names.len() >= 4096 {
-            // Callers building fresh key strings each step: start over rather than grow.
+            // Callers building fresh key strings each step: start over rather than grow
+            // (and forget the shape, whose addresses only `names` keeps valid).
             self.names.clear();
+            self.shape.clear();
         }
         let mut keys: Vec<usize> = Vec::with_capacity(metrics.len());
         let mut numbers: Vec<f64> = Vec::with_capacity(metrics.len());
@@ -280,7 +328,7 @@ impl Run {
             keys.push(self.name_of(&k)?);
         }
         if !later && self.held.is_empty() {
-            // The fast path: ids cached per key object, no name hashed.
+            // Ids cached per key object, no name hashed.
             let mut ids = Vec::with_capacity(keys.len());
             for (&k, &v) in keys.iter().zip(&numbers) {
                 match self.id_of(k, &c) {
@@ -297,7 +345,10 @@ impl Run {
                     }
                 }
             }
-            c.log_ids_at(step, wall_time, ids);
+            self.shape.clear();
+            self.shape
+                .extend(keys.iter().zip(&ids).map(|(&k, &(id, _))| (k, id)));
+            c.log_ids_at(step, wall_time, &ids);
             return Ok(());
         }
         // Hold the whole record (keeping step order) until the batch is converted.

@@ -35,6 +35,33 @@ def test_log_reaches_the_hub_and_the_archive(hub, tmp_path):
     assert abs(float(rows[3]["lr"]) - 0.1) < 1e-7
 
 
+def test_keys_in_another_order_or_replaced_never_mix_up_metrics(hub):
+    # `log` skips every lookup when a record's keys are the previous record's key objects in
+    # the same order; here the order changes, a key is swapped for another of the same
+    # count, a value turns into a bad one, and keys are fresh (non-interned) strings.
+    run = stepstream.init(hub=hub.url, name="shapes", archive_dir=None, system_metrics=False)
+    expected = {"a": {}, "b": {}, "c": {}}
+    for step in range(40):
+        if step % 4 == 0:
+            rec = {"a": step + 0.1, "b": step + 0.2}
+        elif step % 4 == 1:
+            rec = {"b": step + 0.2, "a": step + 0.1}
+        elif step % 4 == 2:
+            rec = {"a": step + 0.1, "c": step + 0.3}
+        else:
+            rec = {"".join(["b"]): step + 0.2, "".join(["a"]): step + 0.1}
+        run.log(rec, step=step)
+        for k, v in rec.items():
+            expected[k][step] = v
+    run.log({"a": 1.0, "b": 2.0}, step=40)
+    with pytest.raises(TypeError, match="numbers"):
+        run.log({"a": 1.0, "b": "high"}, step=41)
+    expected["a"][40], expected["b"][40] = 1.0, 2.0
+    assert run.finish()["delivered"]
+    for name, points in expected.items():
+        assert hub.series(run.run_id, name) == points, name
+
+
 def test_context_manager_marks_failures_with_the_exception(hub, tmp_path):
     with pytest.raises(ValueError):
         with stepstream.init(hub=hub.url, name="boom", archive_dir=None, system_metrics=False) as run:
