@@ -275,7 +275,12 @@ impl RunRules {
                 let Some(v) = get(m).filter(|v| v.is_finite()) else {
                     continue;
                 };
-                let (w, low) = self.throughput.entry(m.clone()).or_default();
+                if !self.throughput.contains_key(m) {
+                    self.throughput.insert(m.clone(), Default::default());
+                }
+                let Some((w, low)) = self.throughput.get_mut(m) else {
+                    continue;
+                };
                 let is_low =
                     w.seen >= r.warmup_steps && w.median().is_some_and(|med| v < r.fraction * med);
                 *low = if is_low { *low + 1 } else { 0 };

@@ -3,16 +3,25 @@
 use std::collections::VecDeque;
 
 pub(super) fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    median_in(values, &mut Vec::new())
+}
+
+/// [`median`] with a scratch buffer the caller keeps, so a refresh allocates nothing.
+fn median_in(values: impl Iterator<Item = f64>, v: &mut Vec<f64>) -> Option<f64> {
+    v.clear();
+    v.extend(values.filter(|x| x.is_finite()));
     if v.is_empty() {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+    // The middle element where a sort would put it, in linear time.
+    let mid = v.len() / 2;
+    Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
 }
 
-/// A bounded window of recent finite values, with its median and MAD recomputed every
-/// [`REFRESH`] values (a sort per record would cost the hub more than storing it).
+/// A bounded window of recent finite values, with its median and MAD recomputed after
+/// [`REFRESH`] new values or a quarter of the window, whichever is more (recomputing per
+/// record would cost the hub more than storing it; a baseline a few steps old judges a spike
+/// the same).
 #[derive(Default, Debug)]
 pub(super) struct Window {
     values: VecDeque<f64>,
@@ -20,6 +29,7 @@ pub(super) struct Window {
     pub(super) seen: usize,
     stale: usize,
     cached: Option<(f64, f64)>,
+    scratch: Vec<f64>,
 }
 
 const REFRESH: usize = 16;
@@ -38,10 +48,12 @@ impl Window {
 
     /// Median and median absolute deviation of the window.
     pub(super) fn stats(&mut self) -> Option<(f64, f64)> {
-        if self.cached.is_none() || self.stale >= REFRESH {
+        if self.cached.is_none() || self.stale >= REFRESH.max(self.values.len() / 4) {
             self.stale = 0;
-            self.cached = median(self.values.iter().copied()).map(|m| {
-                let mad = median(self.values.iter().map(|v| (v - m).abs())).unwrap_or(0.0);
+            let scratch = &mut self.scratch;
+            self.cached = median_in(self.values.iter().copied(), scratch).map(|m| {
+                let mad =
+                    median_in(self.values.iter().map(|v| (v - m).abs()), scratch).unwrap_or(0.0);
                 (m, mad)
             });
         }
@@ -55,5 +67,31 @@ impl Window {
     pub(super) fn mean(&self) -> Option<f64> {
         (!self.values.is_empty())
             .then(|| self.values.iter().sum::<f64>() / self.values.len() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_is_the_sorted_middle_of_the_finite_values() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for n in 0..200 {
+            let mut values = Vec::new();
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                values.push(match x % 11 {
+                    0 => f64::NAN,
+                    1 => f64::INFINITY,
+                    2 => 1.0, // repeats
+                    _ => (x % 1000) as f64 - 500.0,
+                });
+            }
+            let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+            sorted.sort_by(f64::total_cmp);
+            let want = (!sorted.is_empty()).then(|| sorted[sorted.len() / 2]);
+            assert_eq!(super::median(values.into_iter()), want);
+        }
     }
 }

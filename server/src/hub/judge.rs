@@ -71,15 +71,13 @@ impl Hub {
         let events = run.state_mut(|st| {
             let RunState { rules, metrics, .. } = st;
             let mut events = Vec::new();
+            let mut values: Vec<(&str, f64)> = Vec::new();
             for r in records {
-                let values: Vec<(&str, f64)> = r
-                    .values
-                    .iter()
-                    .filter_map(|&(id, v)| {
-                        let i = metrics.binary_search_by_key(&id, |m| m.id).ok()?;
-                        Some((metrics[i].name.as_str(), v))
-                    })
-                    .collect();
+                values.clear();
+                values.extend(r.values.iter().filter_map(|&(id, v)| {
+                    let i = metrics.binary_search_by_key(&id, |m| m.id).ok()?;
+                    Some((metrics[i].name.as_str(), v))
+                }));
                 let mut judged = rules.findings(&self.rules, r.step, &values);
                 // Always fed, so each rank's smoothed step time exists for the others.
                 let others = others.as_deref().unwrap_or(&[]);
