@@ -41,6 +41,21 @@ pub struct Judged {
     pub evidence: Vec<&'static str>,
 }
 
+/// A finding's message, written only when its rule is not firing already: a condition that
+/// holds for many records in a row is judged on each, and `events` drops the findings of a
+/// firing rule, so formatting each one would be spent for nothing.
+fn say(
+    active: &HashMap<&'static str, i64>,
+    rule: &str,
+    message: impl FnOnce() -> String,
+) -> String {
+    if active.contains_key(rule) {
+        String::new()
+    } else {
+        message()
+    }
+}
+
 impl Judged {
     pub fn merge(&mut self, other: Judged) {
         self.findings.extend(other.findings);
@@ -150,7 +165,9 @@ impl RunRules {
                     out.findings.push(Finding {
                         rule: "non_finite",
                         value: v,
-                        message: format!("{m} is {v} at step {step}"),
+                        message: say(&self.active, "non_finite", || {
+                            format!("{m} is {v} at step {step}")
+                        }),
                     });
                     break;
                 }
@@ -200,10 +217,12 @@ impl RunRules {
                         out.findings.push(Finding {
                             rule: "loss_spike",
                             value: v,
-                            message: format!(
+                            message: say(&self.active, "loss_spike", || {
+                                format!(
                                 "{} {v:.4} at step {step} is far above its recent median {m:.4}",
                                 r.metric
-                            ),
+                            )
+                            }),
                         });
                     }
                 }
@@ -231,10 +250,12 @@ impl RunRules {
                     out.findings.push(Finding {
                         rule: "divergence",
                         value: v,
-                        message: format!(
+                        message: say(&self.active, "divergence", || {
+                            format!(
                             "{} is trending up: smoothed {ema:.4} vs {before:.4} {} points earlier",
                             r.metric, r.lookback
-                        ),
+                        )
+                        }),
                     });
                 }
             }
@@ -252,10 +273,12 @@ impl RunRules {
                 out.findings.push(Finding {
                     rule: "grad_explosion",
                     value: v,
-                    message: format!(
+                    message: say(&self.active, "grad_explosion", || {
+                        format!(
                         "{} {v:.4} has been above {:.0}x its rolling mean ({mean:.4}) for {} steps",
                         r.metric, r.factor, self.grad_over
-                    ),
+                    )
+                    }),
                 });
             }
             // Exploded values stay out of the baseline they are judged against.
@@ -288,11 +311,13 @@ impl RunRules {
                     out.findings.push(Finding {
                         rule: "throughput_drop",
                         value: v,
-                        message: format!(
-                            "{m} {v:.1} is below {:.0}% of its recent median {:.1}",
-                            r.fraction * 100.0,
-                            w.median().unwrap_or(0.0)
-                        ),
+                        message: say(&self.active, "throughput_drop", || {
+                            format!(
+                                "{m} {v:.1} is below {:.0}% of its recent median {:.1}",
+                                r.fraction * 100.0,
+                                w.median().unwrap_or(0.0)
+                            )
+                        }),
                     });
                 }
                 if !is_low {
@@ -308,18 +333,19 @@ impl RunRules {
             let waiting = get(&r.data_wait).is_some_and(|w| w > r.wait_fraction * t);
             self.waiting_steps = if waiting { self.waiting_steps + 1 } else { 0 };
             if self.slow_steps >= r.consecutive || self.waiting_steps >= r.consecutive {
-                let why = if self.waiting_steps >= r.consecutive {
-                    "waiting for data takes most of the step".to_string()
-                } else {
-                    format!(
-                        "step time {t:.3} s is {:.0}x its recent median",
-                        t / self.step_times.median().unwrap_or(t)
-                    )
-                };
+                let waited = self.waiting_steps >= r.consecutive;
+                let median = self.step_times.median().unwrap_or(t);
                 out.findings.push(Finding {
                     rule: "stalled_data",
                     value: t,
-                    message: format!("data pipeline stalled at step {step}: {why}"),
+                    message: say(&self.active, "stalled_data", || {
+                        let why = if waited {
+                            "waiting for data takes most of the step".to_string()
+                        } else {
+                            format!("step time {t:.3} s is {:.0}x its recent median", t / median)
+                        };
+                        format!("data pipeline stalled at step {step}: {why}")
+                    }),
                 });
             }
             if !slow {
@@ -335,7 +361,9 @@ impl RunRules {
                         out.findings.push(Finding {
                             rule: "memory",
                             value: *used,
-                            message: format!("{prefix} memory {used:.1} of {total:.1} GB in use"),
+                            message: say(&self.active, "memory", || {
+                                format!("{prefix} memory {used:.1} of {total:.1} GB in use")
+                            }),
                         });
                         break;
                     }

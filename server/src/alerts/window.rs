@@ -30,6 +30,10 @@ pub(super) struct Window {
     stale: usize,
     cached: Option<(f64, f64)>,
     scratch: Vec<f64>,
+    /// The sum of `values`, kept as they come and go (summed afresh every window's worth of
+    /// values, so rounding cannot drift).
+    sum: f64,
+    since_sum: usize,
 }
 
 const REFRESH: usize = 16;
@@ -39,10 +43,16 @@ impl Window {
         self.seen += 1;
         if v.is_finite() {
             self.values.push_back(v);
+            self.sum += v;
             while self.values.len() > cap.max(1) {
-                self.values.pop_front();
+                self.sum -= self.values.pop_front().unwrap_or(0.0);
             }
             self.stale += 1;
+            self.since_sum += 1;
+            if self.since_sum >= self.values.len() {
+                self.since_sum = 0;
+                self.sum = self.values.iter().sum();
+            }
         }
     }
 
@@ -65,13 +75,34 @@ impl Window {
     }
 
     pub(super) fn mean(&self) -> Option<f64> {
-        (!self.values.is_empty())
-            .then(|| self.values.iter().sum::<f64>() / self.values.len() as f64)
+        (!self.values.is_empty()).then(|| self.sum / self.values.len() as f64)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_running_mean_is_the_windows_mean() {
+        let mut w = super::Window::default();
+        for i in 0..10_000u32 {
+            let v = if i % 7 == 0 {
+                f64::NAN
+            } else {
+                f64::from(i % 97) * 1e6 + 0.1
+            };
+            w.push(v, 100);
+            let Some(mean) = w.mean() else {
+                assert!(w.values.is_empty());
+                continue;
+            };
+            let exact = w.values.iter().sum::<f64>() / w.values.len() as f64;
+            assert!(
+                (mean - exact).abs() <= exact.abs() * 1e-12,
+                "{mean} vs {exact} at {i}"
+            );
+        }
+    }
+
     #[test]
     fn median_is_the_sorted_middle_of_the_finite_values() {
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
