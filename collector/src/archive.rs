@@ -184,25 +184,9 @@ impl Drop for Archive {
     }
 }
 
-/// `n` in decimal, without going through `fmt` (this runs for every step).
+/// `n` in decimal, through `itoa` rather than `fmt` (this runs for every step).
 fn push_int(out: &mut String, n: i64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push('-');
-    }
-    for &d in &digits[i..] {
-        out.push(char::from(d));
-    }
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// Seconds with six decimals (`{:.6}`), by integer arithmetic for any time a clock gives.
@@ -216,12 +200,10 @@ fn push_timestamp(out: &mut String, t: f64) {
     let micros = micros as i64;
     push_int(out, micros / 1_000_000);
     out.push('.');
-    let frac = micros % 1_000_000;
-    let mut scale = 100_000;
-    while scale > 0 {
-        out.push(char::from(b'0' + (frac / scale % 10) as u8));
-        scale /= 10;
-    }
+    let mut digits = itoa::Buffer::new();
+    let frac = digits.format(micros % 1_000_000);
+    out.extend(std::iter::repeat_n('0', 6 - frac.len()));
+    out.push_str(frac);
 }
 
 #[cfg(test)]
