@@ -117,6 +117,13 @@ struct ServeArgs {
     /// fsync every commit: survive power loss too, not only a killed process.
     #[arg(long)]
     fsync: bool,
+    /// While many collectors are busy, milliseconds between the starts of two database
+    /// commits, at most (0, the default: commit at once). The batches of every run that arrive
+    /// meanwhile share one commit: with many runs this costs the hub far less CPU and disk,
+    /// for up to this much more before a record is acknowledged and shown. One or two busy
+    /// collectors never wait.
+    #[arg(long, default_value_t = stepstream_server::DEFAULT_COMMIT_INTERVAL.as_secs_f64() * 1e3)]
+    commit_interval: f64,
     /// Alert rules and notification channels (TOML; see README). Without it the default
     /// rules run and alerts show in the web app, with no notifications.
     #[arg(long, env = "STEPSTREAM_ALERTS")]
@@ -184,6 +191,13 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+fn commit_interval(ms: f64) -> Result<Duration> {
+    if !(0.0..=1000.0).contains(&ms) {
+        bail!("--commit-interval must be milliseconds from 0 to 1000, not {ms}");
+    }
+    Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
 fn serve(args: ServeArgs) -> Result<()> {
     let mut limits = stepstream_server::limits::HubLimits::default();
     for spec in &args.limits {
@@ -224,6 +238,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
         tokens_file: args.tokens.clone(),
         fsync: args.fsync,
+        commit_interval: commit_interval(args.commit_interval)?,
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
@@ -279,6 +294,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         auth: Auth::default(),
         tokens_file: None,
         fsync: false,
+        commit_interval: stepstream_server::DEFAULT_COMMIT_INTERVAL,
         insecure_no_auth: false,
         alerts: Default::default(),
         allowed_hosts: Vec::new(),

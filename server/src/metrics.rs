@@ -161,6 +161,13 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
         "The database's size on disk (with its WAL)",
         storage,
     );
+    let commits = Counter::<u64>::default();
+    commits.inc_by(app.hub.store.commits());
+    registry.register(
+        "store_commits",
+        "Database transactions committed (one holds every batch of its --commit-interval)",
+        commits,
+    );
     let unjudged = Counter::<u64>::default();
     unjudged.inc_by(app.hub.unjudged.load(Ordering::Relaxed));
     registry.register(

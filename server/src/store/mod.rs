@@ -23,7 +23,9 @@ use command::Command;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus, StepRecord};
 use tokio::sync::{mpsc, oneshot};
 
@@ -112,6 +114,8 @@ pub enum Location {
 pub struct Store {
     writer: mpsc::Sender<Command>,
     reads: Reads,
+    /// Transactions the writer committed.
+    commits: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -131,30 +135,48 @@ macro_rules! read {
 }
 
 impl Store {
-    /// Opens (or creates) the SQLite database and returns the runs it holds.
+    /// Opens (or creates) the SQLite database and returns the runs it holds; each command
+    /// is committed as soon as the writer takes it.
     pub fn open(path: &Path, fsync_every_commit: bool) -> Result<(Store, Vec<StoredRun>)> {
-        let (writer, reads, runs) = sqlite::open(path, fsync_every_commit)?;
-        let store = Store {
-            writer,
-            reads: Reads::Sqlite(reads),
-        };
-        Ok((store, runs))
+        Store::open_at(
+            &Location::Sqlite {
+                path: path.to_path_buf(),
+                fsync: fsync_every_commit,
+            },
+            Duration::ZERO,
+        )
     }
 
     /// Opens the store at `location`, bringing its schema up to date, and returns its runs.
     /// Blocks (a PostgreSQL connection is made before serving): call it off the runtime.
-    pub fn open_at(location: &Location) -> Result<(Store, Vec<StoredRun>)> {
-        match location {
-            Location::Sqlite { path, fsync } => Store::open(path, *fsync),
-            Location::Postgres { url } => {
-                let (writer, reads, runs) = postgres::open(url)?;
-                let store = Store {
-                    writer,
-                    reads: Reads::Postgres(reads),
-                };
-                Ok((store, runs))
+    /// A transaction starts at most once per `commit_interval` (see [`command`]).
+    pub fn open_at(
+        location: &Location,
+        commit_interval: Duration,
+    ) -> Result<(Store, Vec<StoredRun>)> {
+        let commits = Arc::new(AtomicU64::new(0));
+        let (writer, reads, runs) = match location {
+            Location::Sqlite { path, fsync } => {
+                let (writer, reads, runs) =
+                    sqlite::open(path, *fsync, commit_interval, commits.clone())?;
+                (writer, Reads::Sqlite(reads), runs)
             }
-        }
+            Location::Postgres { url } => {
+                let (writer, reads, runs) = postgres::open(url, commit_interval, commits.clone())?;
+                (writer, Reads::Postgres(reads), runs)
+            }
+        };
+        let store = Store {
+            writer,
+            reads,
+            commits,
+        };
+        Ok((store, runs))
+    }
+
+    /// Transactions committed since the store was opened.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// Whether several hubs may share this store (PostgreSQL).
@@ -416,6 +438,89 @@ mod tests {
     use super::*;
 
     use blob::test_record as rec;
+
+    /// Batches of many runs arriving within one commit interval share a transaction; with
+    /// no interval each is committed on its own as it comes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_within_the_commit_interval_share_one_commit() {
+        async fn commits_for_spread_appends(interval: Duration) -> u64 {
+            let dir = tempfile::tempdir().unwrap();
+            let location = Location::Sqlite {
+                path: dir.path().join("hub.db"),
+                fsync: false,
+            };
+            let (store, _) = Store::open_at(&location, interval).unwrap();
+            let mut opened = tokio::task::JoinSet::new();
+            for r in 0..40 {
+                let store = store.clone();
+                let id = test_identity(&format!("r{r}"), "p");
+                opened.spawn(async move { store.upsert_run(id, 1, 1.0).await });
+            }
+            let keys: Vec<RunKey> = opened
+                .join_all()
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let before = store.commits();
+            // One batch per run, 4 at a time, 2 ms apart: 20 ms in all, as a fleet's runs
+            // send.
+            let mut sent = tokio::task::JoinSet::new();
+            for four in keys.chunks(4) {
+                for &key in four {
+                    let store = store.clone();
+                    let records: Arc<[StepRecord]> = vec![rec(1, 1.0)].into();
+                    sent.spawn(async move {
+                        let tail = RunTail::default().after(1, &records);
+                        store.append_batch(key, 1, records, tail).await
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            while let Some(appended) = sent.join_next().await {
+                assert!(appended.unwrap().unwrap(), "every batch is stored");
+            }
+            store.commits() - before
+        }
+        let shared = commits_for_spread_appends(Duration::from_millis(500)).await;
+        assert!(shared <= 3, "40 batches in 20 ms took {shared} commits");
+        let alone = commits_for_spread_appends(Duration::ZERO).await;
+        assert!(
+            alone >= 5,
+            "without an interval 40 batches took {alone} commits"
+        );
+    }
+
+    /// A lone writer's batches are not held back for the interval: each commits as it
+    /// comes (ten would take five seconds if each waited).
+    #[tokio::test]
+    async fn a_lone_writer_does_not_wait_for_the_commit_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        let (store, _) = Store::open_at(&location, Duration::from_millis(500)).unwrap();
+        let key = store
+            .upsert_run(test_identity("r", "p"), 1, 1.0)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut tail = RunTail::default();
+        for seq in 1..=10u64 {
+            let records: Arc<[StepRecord]> = vec![rec(seq as i64, 1.0)].into();
+            tail = tail.after(seq, &records);
+            store
+                .append_batch(key, seq, records, tail.clone())
+                .await
+                .unwrap();
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(2500),
+            "ten batches took {took:?}"
+        );
+    }
 
     #[tokio::test]
     async fn batches_survive_reopen_and_duplicates_are_refused() {

@@ -42,6 +42,10 @@ const OUTGOING_BYTES: usize = 8 << 20;
 /// subscription tasks and their reads are freed.
 const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Frames written to a viewer's socket at once, at most: a write costs the hub the same
+/// for one frame as for many.
+const COALESCE_FRAMES: usize = 64;
+
 pub async fn viewer_socket(
     State(app): State<AppState>,
     Extension(scope): Extension<Scope>,
@@ -145,8 +149,28 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let (out, mut outgoing) = Out::new();
     let budget = out.bytes.clone();
     let writer = tokio::spawn(async move {
-        while let Some((bytes, _permit)) = outgoing.recv().await {
-            match tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Binary(bytes))).await {
+        let mut taken = Vec::with_capacity(COALESCE_FRAMES);
+        while let Some(first) = outgoing.recv().await {
+            // Frames that come together (one group commit's batches of several runs) go out
+            // in one write: the others are queued by the time this task runs again.
+            tokio::task::yield_now().await;
+            taken.push(first);
+            while taken.len() < COALESCE_FRAMES {
+                match outgoing.try_recv() {
+                    Ok(next) => taken.push(next),
+                    Err(_) => break,
+                }
+            }
+            let write = async {
+                for (bytes, _) in &taken {
+                    sink.feed(Message::Binary(bytes.clone())).await?;
+                }
+                sink.flush().await
+            };
+            let outcome = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+            // The permits go with the frames: their bytes are the socket's now.
+            taken.clear();
+            match outcome {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {

@@ -34,14 +34,18 @@ fn connect(url: &str) -> Result<Client> {
 }
 
 /// Connects, migrates, starts the writer thread, and returns the runs stored. Blocking.
-pub(super) fn open(url: &str) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
+pub(super) fn open(
+    url: &str,
+    commit_interval: std::time::Duration,
+    commits: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
     let mut client = connect(url)?;
     schema::migrate(&mut client)?;
     let runs = schema::load(&mut client, None)?;
     let (tx, rx) = mpsc::channel(4096);
     std::thread::Builder::new()
         .name("stepstream-db-writer".into())
-        .spawn(move || writer_loop(writer::Postgres(client), rx))
+        .spawn(move || writer_loop(writer::Postgres(client), rx, commit_interval, commits))
         .expect("spawn the database writer thread");
     let reads = Reads {
         clients: Arc::new(Mutex::new(Vec::new())),

@@ -49,6 +49,8 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
 pub(super) fn open(
     path: &Path,
     fsync_every_commit: bool,
+    commit_interval: std::time::Duration,
+    commits: Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
@@ -72,7 +74,7 @@ pub(super) fn open(
     let (tx, rx) = mpsc::channel(4096);
     std::thread::Builder::new()
         .name("stepstream-db-writer".into())
-        .spawn(move || writer_loop(writer::Sqlite(conn), rx))
+        .spawn(move || writer_loop(writer::Sqlite(conn), rx, commit_interval, commits))
         .expect("spawn the database writer thread");
     let reads = Reads {
         readers: Arc::new(Mutex::new(Vec::new())),
