@@ -39,9 +39,9 @@ use std::time::Duration;
 pub use auth::Auth;
 pub use hub::{Hub, StatusPolicy};
 
-/// `--commit-interval`'s default: commit at once. Measured with the load generator's fleet
-/// (100 runs, 20 viewers) on 2 cores, 10 ms costs the hub ~0.77x the CPU for ~1.2-1.4x the
-/// p99 log-to-viewer latency: latency wins by default.
+/// `--commit-interval`'s default: commit at once. A wait saves CPU with many runs but delays
+/// every acknowledgement and viewer (README, "Storage", has the measurement): latency wins
+/// by default.
 pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::ZERO;
 
 /// Everything `stepstream serve` needs to know.
@@ -59,8 +59,8 @@ pub struct Settings {
     pub tokens_file: Option<PathBuf>,
     /// fsync every commit (SQLite `synchronous=FULL`): survive power loss, not only a crash.
     pub fsync: bool,
-    /// A database transaction starts at most once per this interval (`--commit-interval`):
-    /// the batches of many runs then share a commit.
+    /// While many collectors are busy, a database transaction starts at most once per this
+    /// interval (`--commit-interval`): the batches of many runs then share a commit.
     pub commit_interval: std::time::Duration,
     /// Listen beyond loopback without tokens (a trusted network).
     pub insecure_no_auth: bool,

@@ -74,6 +74,27 @@ pub(super) trait Engine {
     fn commit(tx: Self::Tx<'_>) -> Result<()>;
 }
 
+/// How the writer thread commits, the same for both engines.
+pub(super) struct Writer {
+    /// A transaction starts at most once per this, while many writers are busy.
+    pub interval: Duration,
+    /// Transactions committed, counted.
+    pub commits: Arc<AtomicU64>,
+}
+
+/// Starts the writer thread that owns `engine`; commands go to the sender returned.
+pub(super) fn spawn_writer<E: Engine + Send + 'static>(
+    engine: E,
+    writer: Writer,
+) -> mpsc::Sender<Command> {
+    let (tx, rx) = mpsc::channel(4096);
+    std::thread::Builder::new()
+        .name("stepstream-db-writer".into())
+        .spawn(move || writer_loop(engine, rx, writer))
+        .expect("spawn the database writer thread");
+    tx
+}
+
 /// Commands one transaction holds, at most.
 const GROUP_MAX: usize = 1024;
 
@@ -93,12 +114,8 @@ const SIBLINGS: usize = 4;
 /// up to `interval` more before the acknowledgement and the viewers. One or two busy
 /// collectors never wait: their batches commit as they come, as PostgreSQL's
 /// `commit_delay` applies only with `commit_siblings` active.
-pub(super) fn writer_loop<E: Engine>(
-    mut engine: E,
-    mut rx: mpsc::Receiver<Command>,
-    interval: Duration,
-    commits: Arc<AtomicU64>,
-) {
+fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer: Writer) {
+    let Writer { interval, commits } = writer;
     let mut pending = Vec::with_capacity(256);
     let mut last_start = Instant::now();
     let mut last_len = 0;

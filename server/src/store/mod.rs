@@ -155,14 +155,17 @@ impl Store {
         commit_interval: Duration,
     ) -> Result<(Store, Vec<StoredRun>)> {
         let commits = Arc::new(AtomicU64::new(0));
+        let settings = command::Writer {
+            interval: commit_interval,
+            commits: commits.clone(),
+        };
         let (writer, reads, runs) = match location {
             Location::Sqlite { path, fsync } => {
-                let (writer, reads, runs) =
-                    sqlite::open(path, *fsync, commit_interval, commits.clone())?;
+                let (writer, reads, runs) = sqlite::open(path, *fsync, settings)?;
                 (writer, Reads::Sqlite(reads), runs)
             }
             Location::Postgres { url } => {
-                let (writer, reads, runs) = postgres::open(url, commit_interval, commits.clone())?;
+                let (writer, reads, runs) = postgres::open(url, settings)?;
                 (writer, Reads::Postgres(reads), runs)
             }
         };

@@ -9,7 +9,7 @@ mod schema;
 mod writer;
 
 use super::blob::visit_values;
-use super::command::{writer_loop, Command};
+use super::command::{spawn_writer, Command, Writer};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
@@ -36,17 +36,12 @@ fn connect(url: &str) -> Result<Client> {
 /// Connects, migrates, starts the writer thread, and returns the runs stored. Blocking.
 pub(super) fn open(
     url: &str,
-    commit_interval: std::time::Duration,
-    commits: Arc<std::sync::atomic::AtomicU64>,
+    writer: Writer,
 ) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
     let mut client = connect(url)?;
     schema::migrate(&mut client)?;
     let runs = schema::load(&mut client, None)?;
-    let (tx, rx) = mpsc::channel(4096);
-    std::thread::Builder::new()
-        .name("stepstream-db-writer".into())
-        .spawn(move || writer_loop(writer::Postgres(client), rx, commit_interval, commits))
-        .expect("spawn the database writer thread");
+    let tx = spawn_writer(writer::Postgres(client), writer);
     let reads = Reads {
         clients: Arc::new(Mutex::new(Vec::new())),
         reading: Arc::new(tokio::sync::Semaphore::new(READERS)),

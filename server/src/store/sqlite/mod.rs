@@ -8,7 +8,7 @@ mod schema;
 mod writer;
 
 use super::blob::visit_values;
-use super::command::{writer_loop, Command};
+use super::command::{spawn_writer, Command, Writer};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use rusqlite::{params, Connection, OptionalExtension};
 use schema::{load_runs, migrate, INDEXES, SCHEMA};
@@ -49,8 +49,7 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
 pub(super) fn open(
     path: &Path,
     fsync_every_commit: bool,
-    commit_interval: std::time::Duration,
-    commits: Arc<std::sync::atomic::AtomicU64>,
+    writer: Writer,
 ) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
@@ -71,11 +70,7 @@ pub(super) fn open(
     conn.execute_batch(INDEXES)?;
     let runs = load_runs(&conn)?;
 
-    let (tx, rx) = mpsc::channel(4096);
-    std::thread::Builder::new()
-        .name("stepstream-db-writer".into())
-        .spawn(move || writer_loop(writer::Sqlite(conn), rx, commit_interval, commits))
-        .expect("spawn the database writer thread");
+    let tx = spawn_writer(writer::Sqlite(conn), writer);
     let reads = Reads {
         readers: Arc::new(Mutex::new(Vec::new())),
         reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
