@@ -136,6 +136,15 @@ pub struct MetricDef {
     pub name: String,
 }
 
+/// Where `id` sits in a metric table sorted by id. Collectors number metrics 0, 1, 2... so
+/// the id is usually its own index; otherwise a binary search finds it.
+pub fn metric_index(table: &[MetricDef], id: MetricId) -> Option<usize> {
+    match table.get(id.0 as usize) {
+        Some(m) if m.id == id => Some(id.0 as usize),
+        _ => table.binary_search_by_key(&id, |m| m.id).ok(),
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DefineMetrics {
     pub metrics: Vec<MetricDef>,
@@ -603,5 +612,28 @@ mod tests {
             ToViewer::decode(&frame),
             Err(DecodeError::Malformed { .. })
         ));
+    }
+
+    #[test]
+    fn metric_index_finds_ids_dense_or_not() {
+        let table = |ids: &[u32]| -> Vec<MetricDef> {
+            ids.iter()
+                .map(|&id| MetricDef {
+                    id: MetricId(id),
+                    name: format!("m{id}"),
+                })
+                .collect()
+        };
+        let dense = table(&[0, 1, 2, 3]);
+        assert_eq!(metric_index(&dense, MetricId(2)), Some(2));
+        assert_eq!(metric_index(&dense, MetricId(4)), None);
+        // A gap: ids no longer equal their index, some index matches another id.
+        let sparse = table(&[0, 2, 3, 9]);
+        for (i, m) in sparse.iter().enumerate() {
+            assert_eq!(metric_index(&sparse, m.id), Some(i));
+        }
+        assert_eq!(metric_index(&sparse, MetricId(1)), None);
+        assert_eq!(metric_index(&sparse, MetricId(u32::MAX)), None);
+        assert_eq!(metric_index(&[], MetricId(0)), None);
     }
 }

@@ -8,12 +8,16 @@
 //! most need several consecutive steps.
 //!
 //! * `config` — every rule's switches and thresholds (`[rules.*]` in the alerts file).
+//! * `sample` — what the rules read of one record, found once per record by metric id.
 //! * `window` — the rolling windows the rules compare against.
 
 mod config;
+mod sample;
 mod window;
 
 pub use config::*;
+pub use sample::Sample;
+use sample::{Lookup, DATA_WAIT, DIVERGENCE, GRAD, LR, SPIKE, STEP_TIME, STRAGGLER};
 use std::collections::{HashMap, VecDeque};
 use window::{median, Window};
 
@@ -101,7 +105,8 @@ pub struct RunRules {
     lr_decaying: bool,
     /// A jump from ~0 (step, from, to), confirmed as "no warmup" if the rate then stops rising.
     lr_jump: Option<(i64, f64, f64)>,
-    throughput: HashMap<String, (Window, usize)>,
+    /// Per `rules.throughput.metrics`, in order: its window and low steps in a row.
+    throughput: Vec<(Window, usize)>,
     step_times: Window,
     slow_steps: usize,
     waiting_steps: usize,
@@ -115,6 +120,8 @@ pub struct RunRules {
     resolved_at: HashMap<&'static str, f64>,
     /// The run's config says it warms up.
     pub expects_warmup: bool,
+    /// Which rules read each of the run's metrics.
+    lookup: Lookup,
 }
 
 impl RunRules {
@@ -141,27 +148,39 @@ impl RunRules {
         rules
     }
 
-    /// Conditions that hold at this record.
+    /// Conditions that hold at this record, given by metric names.
     pub fn findings(&mut self, rules: &Rules, step: i64, values: &[(&str, f64)]) -> Judged {
-        // A wide record (hundreds of system metrics) is looked up through a map, so rules
-        // that look up a metric per metric (memory) stay linear in the record.
-        let map: Option<HashMap<&str, f64>> =
-            (values.len() > 32).then(|| values.iter().copied().collect());
-        let get = |name: &str| match &map {
-            Some(m) => m.get(name).copied(),
-            None => values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+        self.judge(rules, step, &Sample::from_names(rules, values))
+    }
+
+    /// Fills `out` with `record` as the rules read it; `metrics` is the run's table.
+    pub fn sample<'a>(
+        &mut self,
+        rules: &Rules,
+        metrics: &'a [stepstream_protocol::MetricDef],
+        record: &stepstream_protocol::StepRecord,
+        out: &mut Sample<'a>,
+    ) {
+        self.lookup.refresh(rules, metrics);
+        out.fill(rules, &self.lookup, metrics, record);
+    }
+
+    /// Conditions that hold at this record.
+    pub fn judge(&mut self, rules: &Rules, step: i64, s: &Sample<'_>) -> Judged {
+        let mut out = Judged {
+            findings: Vec::new(),
+            evidence: Vec::with_capacity(10),
         };
-        let mut out = Judged::default();
         let seen = |rule: &'static str, present: bool, out: &mut Judged| {
             if present {
                 out.evidence.push(rule);
             }
         };
         if rules.non_finite.enabled {
-            let present = rules.non_finite.metrics.iter().any(|m| get(m).is_some());
+            let present = s.non_finite().iter().any(Option::is_some);
             seen("non_finite", present, &mut out);
-            for m in &rules.non_finite.metrics {
-                if let Some(v) = get(m).filter(|v| !v.is_finite()) {
+            for (m, v) in rules.non_finite.metrics.iter().zip(s.non_finite()) {
+                if let Some(v) = v.filter(|v| !v.is_finite()) {
                     out.findings.push(Finding {
                         rule: "non_finite",
                         value: v,
@@ -174,42 +193,38 @@ impl RunRules {
             }
         }
         let r = &rules.loss_spike;
-        seen(
-            "loss_spike",
-            r.enabled && get(&r.metric).is_some(),
-            &mut out,
-        );
+        seen("loss_spike", r.enabled && s.get(SPIKE).is_some(), &mut out);
         seen(
             "divergence",
-            rules.divergence.enabled && get(&rules.divergence.metric).is_some(),
+            rules.divergence.enabled && s.get(DIVERGENCE).is_some(),
             &mut out,
         );
         seen(
             "grad_explosion",
-            rules.grad_explosion.enabled && get(&rules.grad_explosion.metric).is_some(),
+            rules.grad_explosion.enabled && s.get(GRAD).is_some(),
             &mut out,
         );
         seen(
             "lr_schedule",
-            rules.lr_schedule.enabled && get(&rules.lr_schedule.metric).is_some(),
+            rules.lr_schedule.enabled && s.get(LR).is_some(),
             &mut out,
         );
         seen(
             "throughput_drop",
-            rules.throughput.enabled && rules.throughput.metrics.iter().any(|m| get(m).is_some()),
+            rules.throughput.enabled && s.throughput().iter().any(Option::is_some),
             &mut out,
         );
         seen(
             "stalled_data",
-            rules.stalled_data.enabled && get(&rules.stalled_data.step_time).is_some(),
+            rules.stalled_data.enabled && s.get(STEP_TIME).is_some(),
             &mut out,
         );
         seen(
             "memory",
-            rules.memory.enabled && values.iter().any(|(n, _)| n.ends_with("/mem_used_gb")),
+            rules.memory.enabled && s.carries_memory(),
             &mut out,
         );
-        if let Some(v) = get(&r.metric).filter(|_| r.enabled) {
+        if let Some(v) = s.get(SPIKE).filter(|_| r.enabled) {
             if self.spike.seen >= r.warmup_steps && v.is_finite() {
                 if let Some((m, mad)) = self.spike.stats() {
                     let mad = mad.max(m.abs() * 1e-3);
@@ -230,7 +245,7 @@ impl RunRules {
             self.spike.push(v, r.window);
         }
         let r = &rules.divergence;
-        if let Some(v) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+        if let Some(v) = s.get(DIVERGENCE).filter(|v| r.enabled && v.is_finite()) {
             let alpha = 2.0 / (r.smoothing.max(1) as f64 + 1.0);
             let ema = self.ema.map_or(v, |e| e + alpha * (v - e));
             self.ema = Some(ema);
@@ -261,7 +276,7 @@ impl RunRules {
             }
         }
         let r = &rules.grad_explosion;
-        if let Some(v) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+        if let Some(v) = s.get(GRAD).filter(|v| r.enabled && v.is_finite()) {
             let over = self.grad.seen >= r.warmup_steps
                 && self
                     .grad
@@ -287,21 +302,24 @@ impl RunRules {
             }
         }
         let r = &rules.lr_schedule;
-        if let Some(lr) = get(&r.metric).filter(|v| r.enabled && v.is_finite()) {
+        if let Some(lr) = s.get(LR).filter(|v| r.enabled && v.is_finite()) {
             if let Some(f) = self.lr_finding(r, step, lr) {
                 out.findings.push(f);
             }
         }
         let r = &rules.throughput;
         if r.enabled {
-            for m in &r.metrics {
-                let Some(v) = get(m).filter(|v| v.is_finite()) else {
-                    continue;
-                };
-                if !self.throughput.contains_key(m) {
-                    self.throughput.insert(m.clone(), Default::default());
-                }
-                let Some((w, low)) = self.throughput.get_mut(m) else {
+            if self.throughput.len() < r.metrics.len() {
+                self.throughput
+                    .resize_with(r.metrics.len(), Default::default);
+            }
+            for ((m, v), (w, low)) in r
+                .metrics
+                .iter()
+                .zip(s.throughput())
+                .zip(&mut self.throughput)
+            {
+                let Some(v) = v.filter(|v| v.is_finite()) else {
                     continue;
                 };
                 let is_low =
@@ -326,11 +344,14 @@ impl RunRules {
             }
         }
         let r = &rules.stalled_data;
-        if let Some(t) = get(&r.step_time).filter(|v| r.enabled && v.is_finite() && *v > 0.0) {
+        if let Some(t) = s
+            .get(STEP_TIME)
+            .filter(|v| r.enabled && v.is_finite() && *v > 0.0)
+        {
             let slow = self.step_times.seen >= r.warmup_steps
                 && self.step_times.median().is_some_and(|m| t > r.factor * m);
             self.slow_steps = if slow { self.slow_steps + 1 } else { 0 };
-            let waiting = get(&r.data_wait).is_some_and(|w| w > r.wait_fraction * t);
+            let waiting = s.get(DATA_WAIT).is_some_and(|w| w > r.wait_fraction * t);
             self.waiting_steps = if waiting { self.waiting_steps + 1 } else { 0 };
             if self.slow_steps >= r.consecutive || self.waiting_steps >= r.consecutive {
                 let waited = self.waiting_steps >= r.consecutive;
@@ -353,14 +374,12 @@ impl RunRules {
             }
         }
         if rules.memory.enabled {
-            for (name, used) in values.iter().filter(|(n, _)| n.ends_with("/mem_used_gb")) {
-                let prefix = name.trim_end_matches("/mem_used_gb");
-                let total = get(&format!("{prefix}/mem_total_gb"));
+            for (prefix, used, total) in s.memory() {
                 if let Some(total) = total.filter(|t| *t > 0.0) {
-                    if *used > rules.memory.fraction * total {
+                    if used > rules.memory.fraction * total {
                         out.findings.push(Finding {
                             rule: "memory",
-                            value: *used,
+                            value: used,
                             message: say(&self.active, "memory", || {
                                 format!("{prefix} memory {used:.1} of {total:.1} GB in use")
                             }),
@@ -375,9 +394,14 @@ impl RunRules {
 
     /// Updates this rank's smoothed step time and compares it with the other ranks'.
     pub fn straggler(&mut self, rules: &Rules, values: &[(&str, f64)], others: &[f64]) -> Judged {
+        self.straggler_at(rules, &Sample::from_names(rules, values), others)
+    }
+
+    /// [`RunRules::straggler`] for a sampled record.
+    pub fn straggler_at(&mut self, rules: &Rules, s: &Sample<'_>, others: &[f64]) -> Judged {
         let r = &rules.straggler;
         let mut out = Judged::default();
-        let Some(t) = values.iter().find(|(n, _)| *n == r.metric).map(|(_, v)| *v) else {
+        let Some(t) = s.get(STRAGGLER) else {
             return out;
         };
         if !r.enabled || !t.is_finite() {

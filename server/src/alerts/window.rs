@@ -28,7 +28,8 @@ pub(super) struct Window {
     /// Values pushed, finite or not (for warm-ups).
     pub(super) seen: usize,
     stale: usize,
-    cached: Option<(f64, f64)>,
+    /// The median and, once asked for, the MAD, as of the last refresh.
+    cached: Option<(f64, Option<f64>)>,
     scratch: Vec<f64>,
     /// The sum of `values`, kept as they come and go (summed afresh every window's worth of
     /// values, so rounding cannot drift).
@@ -58,20 +59,42 @@ impl Window {
 
     /// Median and median absolute deviation of the window.
     pub(super) fn stats(&mut self) -> Option<(f64, f64)> {
+        self.refresh();
+        let (m, mad) = self.cached?;
+        let mad = match mad {
+            Some(mad) => mad,
+            None => {
+                let (a, b) = self.values.as_slices();
+                let deviations = a.iter().chain(b).map(|v| (v - m).abs());
+                let mad = median_in(deviations, &mut self.scratch).unwrap_or(0.0);
+                self.cached = Some((m, Some(mad)));
+                mad
+            }
+        };
+        Some((m, mad))
+    }
+
+    /// The window's median (without its MAD, which only the spike rule reads).
+    pub(super) fn median(&mut self) -> Option<f64> {
+        self.refresh();
+        self.cached.map(|(m, _)| m)
+    }
+
+    /// Recomputes the median when it is due (the MAD then follows on demand).
+    fn refresh(&mut self) {
         if self.cached.is_none() || self.stale >= REFRESH.max(self.values.len() / 4) {
             self.stale = 0;
             let scratch = &mut self.scratch;
-            self.cached = median_in(self.values.iter().copied(), scratch).map(|m| {
-                let mad =
-                    median_in(self.values.iter().map(|v| (v - m).abs()), scratch).unwrap_or(0.0);
-                (m, mad)
+            scratch.clear();
+            let (a, b) = self.values.as_slices();
+            // Every value kept is finite (`push`), so the copy is two memcpys.
+            scratch.extend_from_slice(a);
+            scratch.extend_from_slice(b);
+            self.cached = (!scratch.is_empty()).then(|| {
+                let mid = scratch.len() / 2;
+                (*scratch.select_nth_unstable_by(mid, f64::total_cmp).1, None)
             });
         }
-        self.cached
-    }
-
-    pub(super) fn median(&mut self) -> Option<f64> {
-        self.stats().map(|(m, _)| m)
     }
 
     pub(super) fn mean(&self) -> Option<f64> {

@@ -71,17 +71,13 @@ impl Hub {
         let events = run.state_mut(|st| {
             let RunState { rules, metrics, .. } = st;
             let mut events = Vec::new();
-            let mut values: Vec<(&str, f64)> = Vec::new();
+            let mut sample = crate::alerts::Sample::default();
             for r in records {
-                values.clear();
-                values.extend(r.values.iter().filter_map(|&(id, v)| {
-                    let i = metrics.binary_search_by_key(&id, |m| m.id).ok()?;
-                    Some((metrics[i].name.as_str(), v))
-                }));
-                let mut judged = rules.findings(&self.rules, r.step, &values);
+                rules.sample(&self.rules, metrics, r, &mut sample);
+                let mut judged = rules.judge(&self.rules, r.step, &sample);
                 // Always fed, so each rank's smoothed step time exists for the others.
                 let others = others.as_deref().unwrap_or(&[]);
-                judged.merge(rules.straggler(&self.rules, &values, others));
+                judged.merge(rules.straggler_at(&self.rules, &sample, others));
                 events.extend(rules.events(&self.rules, r.step, judged, now));
             }
             events

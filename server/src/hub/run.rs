@@ -61,10 +61,7 @@ impl RunState {
     }
 
     pub fn metric_name(&self, id: MetricId) -> Option<&str> {
-        self.metrics
-            .binary_search_by_key(&id, |m| m.id)
-            .ok()
-            .map(|i| self.metrics[i].name.as_str())
+        stepstream_protocol::metric_index(&self.metrics, id).map(|i| self.metrics[i].name.as_str())
     }
 
     /// The summary a live run-list update carries: its last values only of the headline

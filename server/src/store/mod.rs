@@ -91,9 +91,18 @@ impl RunTail {
         let mut next = self.clone();
         next.last_seq = seq;
         next.records += records.len() as u64;
-        for r in records {
+        for (i, r) in records.iter().enumerate() {
             next.last_step = Some(r.step);
             next.last_point_at = Some(r.wall_time);
+            // A record whose successor carries the same metrics leaves no last value (the
+            // usual case: every step logs the same set), so its map updates are skipped.
+            let overwritten = records.get(i + 1).is_some_and(|n| {
+                n.values.len() == r.values.len()
+                    && n.values.iter().zip(&r.values).all(|(a, b)| a.0 == b.0)
+            });
+            if overwritten {
+                continue;
+            }
             for &(id, v) in &r.values {
                 next.last_values.insert(id, v);
             }
@@ -578,5 +587,43 @@ mod tests {
             .unwrap();
         assert_eq!(steps, vec![1, 2, 3]);
         assert_eq!(store.step_bounds(run.key).await.unwrap(), Some((1, 3)));
+    }
+
+    /// `after` skips the map updates of a record its successor overwrites; the last values
+    /// must still be every metric's last value in the batch, whatever sets of metrics the
+    /// records carry.
+    #[test]
+    fn a_tail_holds_each_metrics_last_value_in_the_batch() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut tail = RunTail::default();
+        let mut want: BTreeMap<MetricId, f64> = BTreeMap::new();
+        for seq in 1..=300u64 {
+            let records: Vec<StepRecord> = (0..next(6))
+                .map(|i| {
+                    // Mostly the same set step after step, sometimes another.
+                    let set = if next(4) == 0 { next(3) } else { 0 };
+                    let values: Vec<(MetricId, f64)> = (0..4u32)
+                        .filter(|id| (id + set as u32) % 3 != 0 || set == 0)
+                        .map(|id| (MetricId(id), (seq * 10 + i) as f64 + f64::from(id) / 10.0))
+                        .collect();
+                    StepRecord {
+                        step: seq as i64,
+                        wall_time: 0.0,
+                        values,
+                    }
+                })
+                .collect();
+            for r in &records {
+                want.extend(r.values.iter().copied());
+            }
+            tail = tail.after(seq, &records);
+            assert_eq!(tail.last_values, want, "batch {seq}");
+        }
     }
 }
