@@ -42,7 +42,9 @@ pub struct Finding {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Judged {
     pub findings: Vec<Finding>,
-    pub evidence: Vec<&'static str>,
+    /// Inline: every record is evidence for several rules, and there are fewer rules than
+    /// its capacity, so judging a record allocates nothing for it.
+    pub evidence: smallvec::SmallVec<[&'static str; 12]>,
 }
 
 /// A finding's message, written only when its rule is not firing already: a condition that
@@ -167,10 +169,7 @@ impl RunRules {
 
     /// Conditions that hold at this record.
     pub fn judge(&mut self, rules: &Rules, step: i64, s: &Sample<'_>) -> Judged {
-        let mut out = Judged {
-            findings: Vec::new(),
-            evidence: Vec::with_capacity(10),
-        };
+        let mut out = Judged::default();
         let seen = |rule: &'static str, present: bool, out: &mut Judged| {
             if present {
                 out.evidence.push(rule);
