@@ -78,8 +78,9 @@ pub(super) struct Lookup {
 }
 
 impl Lookup {
-    /// Brings the lookup to `metrics`: a run's table only grows, so its length says whether
-    /// it changed.
+    /// Brings the lookup to `metrics`: a run's table only grows (the hub refuses a
+    /// redefinition), so its length says whether it changed; the rules themselves are fixed
+    /// for the hub's life.
     pub(super) fn refresh(&mut self, rules: &Rules, metrics: &[MetricDef]) {
         if self.roles.len() != metrics.len() {
             self.roles = metrics.iter().map(|m| Roles::of(rules, &m.name)).collect();
