@@ -10,10 +10,14 @@ pub(super) fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 fn median_in(values: impl Iterator<Item = f64>, v: &mut Vec<f64>) -> Option<f64> {
     v.clear();
     v.extend(values.filter(|x| x.is_finite()));
+    middle(v)
+}
+
+/// The middle element of `v` where a sort would put it, in linear time (reorders `v`).
+fn middle(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
-    // The middle element where a sort would put it, in linear time.
     let mid = v.len() / 2;
     Some(*v.select_nth_unstable_by(mid, f64::total_cmp).1)
 }
@@ -90,10 +94,7 @@ impl Window {
             // Every value kept is finite (`push`), so the copy is two memcpys.
             scratch.extend_from_slice(a);
             scratch.extend_from_slice(b);
-            self.cached = (!scratch.is_empty()).then(|| {
-                let mid = scratch.len() / 2;
-                (*scratch.select_nth_unstable_by(mid, f64::total_cmp).1, None)
-            });
+            self.cached = middle(scratch).map(|m| (m, None));
         }
     }
 
