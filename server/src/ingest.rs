@@ -4,18 +4,21 @@
 //! accept gets a [`HubError`] that says why; a fatal one also closes the socket, and the
 //! collector reconnects and resends whatever was not acknowledged, so nothing accepted is lost.
 
-use crate::hub::{Appended, IngestError, Run};
+use crate::hub::{Hub, InFlight, IngestError, Run, Submitted};
+use crate::store::StoreError;
 use crate::AppState;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_protocol::{
-    codec, Ack, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, RunStatus, ToHub, Welcome,
+    codec, Ack, Batch, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, RunStatus, ToHub,
+    Welcome,
 };
 
 /// Socket-level message limit: a little above the codec's, so an oversized frame reaches the
@@ -267,35 +270,227 @@ fn refusal(e: IngestError) -> HubError {
     fatal(code, e.to_string())
 }
 
+/// Batches one connection may have handed to the store and not yet settled, at most; past
+/// it the session reads nothing more until a commit answers.
+const MAX_IN_FLIGHT: usize = 64;
+/// Their records' encoded size, at most (at least one batch is always let through).
+const MAX_IN_FLIGHT_BYTES: usize = 4 * stepstream_protocol::limits::BATCH_BYTES;
+
+/// The batches a connection handed to the store and awaits the answers of, oldest first.
+/// While it holds any, it holds the run's `ingest` lock: no other connection of the run
+/// checks a batch against a tail that is about to change, and a connection that takes over
+/// the run starts from a settled tail.
+struct Pipeline<'r> {
+    run: &'r Arc<Run>,
+    lock: Option<tokio::sync::MutexGuard<'r, ()>>,
+    in_flight: VecDeque<InFlight>,
+    bytes: usize,
+}
+
+impl<'r> Pipeline<'r> {
+    fn new(run: &'r Arc<Run>) -> Self {
+        Pipeline {
+            run,
+            lock: None,
+            in_flight: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.in_flight.is_empty()
+            || (self.in_flight.len() < MAX_IN_FLIGHT && self.bytes < MAX_IN_FLIGHT_BYTES)
+    }
+
+    /// Checks a batch and hands it to the store; `Some(seq)` when it is a duplicate to
+    /// acknowledge at once (nothing is in flight then).
+    async fn submit(&mut self, hub: &Hub, batch: Batch) -> Result<Option<u64>, HubError> {
+        let seq = batch.seq;
+        if self.lock.is_none() {
+            self.lock = Some(self.run.lock_ingest().await);
+        }
+        let newest = self.in_flight.back().map_or(0, |b| b.seq);
+        if seq <= newest {
+            // A resend of a batch still in flight: compare it once that one is settled.
+            return Err(fatal(
+                ErrorCode::ProtocolViolation,
+                format!("batch {seq} sent again while it is being stored"),
+            ));
+        }
+        let submitted = match self.in_flight.back() {
+            Some(prev) => hub.submit(self.run, prev.tail(), batch).await,
+            None => {
+                let base = self.run.state(|st| st.tail.clone());
+                hub.submit(self.run, &base, batch).await
+            }
+        };
+        match submitted {
+            Ok(Submitted::InFlight(b)) => {
+                self.bytes += b.bytes();
+                self.in_flight.push_back(b);
+                Ok(None)
+            }
+            Ok(Submitted::Duplicate) => {
+                self.release_if_idle();
+                Ok(Some(seq))
+            }
+            Err(e) => {
+                self.release_if_idle();
+                Err(ingest_error(seq, e))
+            }
+        }
+    }
+
+    /// The oldest batch's answer. Cancel-safe; pends forever when nothing is in flight.
+    async fn next_answer(&mut self) -> Result<bool, StoreError> {
+        match self.in_flight.front_mut() {
+            Some(b) => b.answer().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Settles the oldest batch with `answer`, then every later one already answered (one
+    /// commit answers many); returns the sequence number they are stored through.
+    async fn settle(
+        &mut self,
+        hub: &Hub,
+        answer: Result<bool, StoreError>,
+    ) -> Result<u64, HubError> {
+        let mut answer = answer;
+        let mut through = 0;
+        while let Some(b) = self.in_flight.pop_front() {
+            let seq = b.seq;
+            self.bytes = self.bytes.saturating_sub(b.bytes());
+            if let Err(e) = hub.settle(self.run, b, answer).await {
+                // The store holds no batch after a missing one, so the later ones fail too;
+                // they are settled all the same, so the run's tail is right when the lock
+                // goes.
+                while let Some(mut later) = self.in_flight.pop_front() {
+                    let answer = later.answer().await;
+                    let _ = hub.settle(self.run, later, answer).await;
+                }
+                self.bytes = 0;
+                self.release_if_idle();
+                return Err(ingest_error(seq, e));
+            }
+            through = seq;
+            match self.in_flight.front_mut().and_then(InFlight::try_answer) {
+                Some(next) => answer = next,
+                None => break,
+            }
+        }
+        self.release_if_idle();
+        Ok(through)
+    }
+
+    /// Settles everything in flight, waiting for the store: `Some(seq)` stored through.
+    async fn drain(&mut self, hub: &Hub) -> Result<Option<u64>, HubError> {
+        let mut through = None;
+        while !self.in_flight.is_empty() {
+            let answer = self.next_answer().await;
+            through = Some(self.settle(hub, answer).await?);
+        }
+        Ok(through)
+    }
+
+    fn release_if_idle(&mut self) {
+        if self.in_flight.is_empty() {
+            self.lock = None;
+        }
+    }
+}
+
+/// The error frame for a batch the hub could not take.
+fn ingest_error(seq: u64, e: IngestError) -> HubError {
+    match e {
+        IngestError::Store(e) => {
+            tracing::error!(error = %e, seq, "batch not stored");
+            fatal(
+                ErrorCode::Storage,
+                format!("batch {seq} was not stored ({e}); resend it later"),
+            )
+        }
+        e => refusal(e),
+    }
+}
+
+/// A collector's frames after its hello. Batches are handed to the store as they arrive
+/// (up to [`MAX_IN_FLIGHT`]), so the next one is read and checked while the previous ones
+/// commit; one acknowledgement answers every batch a commit stored.
 async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), HubError> {
+    let mut pipe = Pipeline::new(run);
+    let ended = converse(app, conn, &mut pipe).await;
+    // However the conversation ended, what the store was handed is settled before the run
+    // is let go, and acknowledged if the socket still takes it.
+    let drained = pipe.drain(&app.hub).await;
+    if let Ok(Some(through)) = drained {
+        conn.send(FromHub::Ack(Ack {
+            through_seq: through,
+        }))
+        .await;
+    }
+    match (ended, drained) {
+        (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(_)) => Ok(()),
+    }
+}
+
+async fn converse(
+    app: &AppState,
+    conn: &mut Conn,
+    pipe: &mut Pipeline<'_>,
+) -> Result<(), HubError> {
     let hub = &app.hub;
-    while let Some(msg) = conn.next(usize::MAX).await? {
+    let run = pipe.run;
+    loop {
+        let msg = tokio::select! {
+            biased;
+            answer = pipe.next_answer() => {
+                let through = pipe.settle(hub, answer).await?;
+                if !conn.send(FromHub::Ack(Ack { through_seq: through })).await {
+                    return Ok(());
+                }
+                continue;
+            }
+            msg = conn.next(usize::MAX), if pipe.has_room() => msg,
+        };
+        let Some(msg) = msg? else { break };
         match msg {
             ToHub::Batch(batch) => {
-                let seq = batch.seq;
-                match hub.append(run, batch).await {
-                    Ok(Appended::Stored | Appended::Duplicate) => {
-                        if !conn.send(FromHub::Ack(Ack { through_seq: seq })).await {
-                            return Ok(());
-                        }
+                if let Some(seq) = pipe.submit(hub, batch).await? {
+                    if !conn.send(FromHub::Ack(Ack { through_seq: seq })).await {
+                        return Ok(());
                     }
-                    Err(IngestError::Store(e)) => {
-                        tracing::error!(error = %e, seq, "batch not stored");
-                        return Err(fatal(
-                            ErrorCode::Storage,
-                            format!("batch {seq} was not stored ({e}); resend it later"),
-                        ));
-                    }
-                    Err(e) => return Err(refusal(e)),
                 }
             }
             ToHub::DefineMetrics(defs) => {
+                // Defining takes the run's lock; the batches before it are settled first.
+                if let Some(through) = pipe.drain(hub).await? {
+                    if !conn
+                        .send(FromHub::Ack(Ack {
+                            through_seq: through,
+                        }))
+                        .await
+                    {
+                        return Ok(());
+                    }
+                }
                 hub.define_metrics(run, defs.metrics)
                     .await
                     .map_err(refusal)?;
             }
             ToHub::Heartbeat(_) => hub.heartbeat(run),
             ToHub::Finish(finish) => {
+                if let Some(through) = pipe.drain(hub).await? {
+                    if !conn
+                        .send(FromHub::Ack(Ack {
+                            through_seq: through,
+                        }))
+                        .await
+                    {
+                        return Ok(());
+                    }
+                }
                 let (status, message) = match finish.status {
                     FinishStatus::Finished => (RunStatus::Finished, None),
                     FinishStatus::Failed { message } => (RunStatus::Failed, Some(message)),

@@ -7,18 +7,21 @@
 //! a viewer: a viewer that falls behind sees `Lagged` and catches up from the store (see
 //! `viewer.rs`).
 //!
+//! * `append` — a collector's batches: checked, handed to the store, settled after its commit.
 //! * `run` — one run's state, and which collector writes it.
 //! * `judge` — run status (running / stale / finished / failed / killed) on the hub's
 //!   clock, and the alert rules, on their own task.
 //! * `peer` — the hub as one of a cluster: telling the other hubs, applying what they
 //!   tell, and the judge leases that make one hub judge each run.
 
+mod append;
 mod judge;
 mod peer;
 mod run;
 
 use crate::limits::HubLimits;
 use crate::store::{RunTail, Store, StoreError};
+pub use append::{Appended, InFlight, Submitted};
 use axum::body::Bytes;
 use judge::Job;
 pub use run::{LiveEvent, Run, RunState};
@@ -27,8 +30,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use stepstream_protocol::{
-    unix_now, Batch, MetricDef, MetricId, RunId, RunIdentity, RunList, RunStatus, RunUpdate,
-    StatusChange, StepRecord, ToViewer,
+    unix_now, MetricDef, MetricId, RunId, RunIdentity, RunList, RunStatus, RunUpdate, StatusChange,
+    StepRecord, ToViewer,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -68,14 +71,6 @@ pub enum IngestError {
     Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// What became of a batch.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Appended {
-    Stored,
-    /// Already stored earlier, identical (a resend after a lost ack); nothing changed.
-    Duplicate,
 }
 
 pub struct Hub {
@@ -425,137 +420,6 @@ impl Hub {
         self.tell_metrics(&run_id, &fresh);
         let _ = run.live.send(LiveEvent::Metrics(fresh));
         Ok(())
-    }
-
-    /// Checks a batch against the limits and the run's metric table.
-    fn check_batch(&self, st: &RunState, batch: &Batch) -> Result<(), IngestError> {
-        let limits = &self.limits.wire;
-        if batch.records.len() > limits.batch_records as usize {
-            return Err(IngestError::Limit(format!(
-                "batch {} holds {} records; the limit is {} (limit batch_records)",
-                batch.seq,
-                batch.records.len(),
-                limits.batch_records
-            )));
-        }
-        let mut ids: Vec<MetricId> = Vec::new();
-        for r in &batch.records {
-            if r.values.len() > limits.record_values as usize {
-                return Err(IngestError::Limit(format!(
-                    "a record of batch {} (step {}) holds {} values; the limit is {} (limit \
-                     record_values)",
-                    batch.seq,
-                    r.step,
-                    r.values.len(),
-                    limits.record_values
-                )));
-            }
-            // Collectors send ids ascending: then no id repeats, and nothing is sorted.
-            if !r.values.windows(2).all(|w| w[0].0 < w[1].0) {
-                ids.clear();
-                ids.extend(r.values.iter().map(|&(id, _)| id));
-                ids.sort_unstable();
-                if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-                    return Err(IngestError::Limit(format!(
-                        "a record of batch {} (step {}) carries metric id {} twice",
-                        batch.seq, r.step, w[0].0
-                    )));
-                }
-            }
-            if let Some(&(id, _)) = r
-                .values
-                .iter()
-                .find(|&&(id, _)| st.metric_name(id).is_none())
-            {
-                return Err(IngestError::UndefinedMetric {
-                    seq: batch.seq,
-                    id: id.0,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Stores a batch (unless it is a resend of one already stored), then publishes it. The
-    /// caller acknowledges when this returns `Ok`: nothing here waits for anything but the
-    /// store (the alert rules run on the judge's task).
-    pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
-        let _guard = run.ingest.lock().await;
-        let (_last, tail, run_id) = run.state(|st| -> Result<_, IngestError> {
-            let last = st.tail.last_seq;
-            if batch.seq <= last {
-                return Ok((last, None, st.identity.run_id.clone()));
-            }
-            if batch.seq != last + 1 {
-                return Err(IngestError::SequenceGap {
-                    got: batch.seq,
-                    last,
-                });
-            }
-            self.check_batch(st, &batch)?;
-            Ok((
-                last,
-                Some(st.tail.after(batch.seq, &batch.records)),
-                st.identity.run_id.clone(),
-            ))
-        })?;
-        let Some(tail) = tail else {
-            return self.resent(run, batch.seq, &batch.records, &run_id).await;
-        };
-        let seq = batch.seq;
-        let records: Arc<[StepRecord]> = batch.records.into();
-        let inserted = self
-            .store
-            .append_batch(run.key, seq, records.clone(), tail.clone())
-            .await?;
-        if !inserted {
-            // Another hub of a cluster stored this sequence number first (this hub's view
-            // of the run was behind): judge it as the resend it is.
-            return self.resent(run, seq, &records, &run_id).await;
-        }
-        self.tell_batch(&run_id, seq, &records);
-        let now = unix_now();
-        let (revived, resolved) = run.state_mut(|st| {
-            st.tail = tail;
-            st.dirty = true;
-            heard_from(st, &self.rules, now)
-        });
-        publish_batch(run, run_id, seq, &records);
-        if revived {
-            self.judge(Job::Revived {
-                run: run.clone(),
-                now,
-                resolved,
-            });
-        }
-        self.judge(Job::Records {
-            run: run.clone(),
-            records,
-            now,
-        });
-        Ok(Appended::Stored)
-    }
-
-    /// A batch whose sequence number is already stored: a resend must be what was stored;
-    /// anything else is a second writer (or a collector that renumbered wrongly), and
-    /// acknowledging it would lose its data.
-    async fn resent(
-        &self,
-        run: &Run,
-        seq: u64,
-        records: &[StepRecord],
-        run_id: &RunId,
-    ) -> Result<Appended, IngestError> {
-        let stored = self.store.batch(run.key, seq).await?;
-        if stored.as_deref().is_some_and(|s| same_records(s, records)) {
-            tracing::debug!(run = %run_id, seq, "duplicate batch ignored");
-            return Ok(Appended::Duplicate);
-        }
-        tracing::warn!(run = %run_id, seq, "a resent batch differs from the stored one");
-        Err(IngestError::Conflict(format!(
-            "batch {seq} was already stored with other records: another collector writes run \
-             {run_id}, or this one lost track of its sequence numbers"
-        )))
     }
 
     /// The collector is alive (a heartbeat, or any frame).

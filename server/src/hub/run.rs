@@ -140,6 +140,12 @@ impl Run {
         f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Takes the run's ingest lock: checking a batch against the run's tail and storing it
+    /// happen under it (see [`crate::hub::Hub::submit`]).
+    pub async fn lock_ingest(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.ingest.lock().await
+    }
+
     /// Ends a collector connection's claim on the run, if it still holds it; returns the
     /// writer that let go.
     pub fn release_writer(&self, connection: u64) -> Option<u64> {

@@ -3,7 +3,7 @@
 use super::*;
 use crate::limits::HubLimits;
 use crate::store::test_identity as identity;
-use stepstream_protocol::{Limits, ToPeer};
+use stepstream_protocol::{Batch, Limits, ToPeer};
 
 fn def(id: u32, name: &str) -> MetricDef {
     MetricDef {
@@ -250,4 +250,64 @@ async fn a_run_another_hub_just_created_is_found_in_the_shared_store() {
     assert_eq!(found.state(|st| st.tail.last_seq), 1);
     assert_eq!(found.state(|st| st.metrics.len()), 1);
     assert!(b.find_run(&RunId::new("never").unwrap()).await.is_none());
+}
+
+/// A connection hands the store its next batch before the previous one committed: each is
+/// checked against the tail the batches before it leave, and settling them in order leaves
+/// the run's tail, its viewers and its store exactly as one at a time would.
+#[tokio::test]
+async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    hub.define_metrics(&run, vec![def(0, "loss")])
+        .await
+        .unwrap();
+    let mut live = run.live.subscribe();
+    let _lock = run.lock_ingest().await;
+    let mut base = run.state(|st| st.tail.clone());
+    let mut in_flight = Vec::new();
+    for seq in 1..=5u64 {
+        match hub
+            .submit(&run, &base, batch(seq, vec![(MetricId(0), seq as f64)]))
+            .await
+            .unwrap()
+        {
+            Submitted::InFlight(b) => {
+                base = b.tail().clone();
+                in_flight.push(b);
+            }
+            Submitted::Duplicate => panic!("batch {seq} is new"),
+        }
+    }
+    // Nothing settled yet: the run's tail has not moved, and nobody saw a batch.
+    assert_eq!(run.state(|st| st.tail.last_seq), 0);
+    assert!(live.try_recv().is_err());
+    // A batch that skips one is refused against the tail in flight, not the settled one.
+    assert!(matches!(
+        hub.submit(&run, &base, batch(7, vec![(MetricId(0), 7.0)]))
+            .await,
+        Err(IngestError::SequenceGap { got: 7, last: 5 })
+    ));
+    for mut b in in_flight {
+        let answer = b.answer().await;
+        assert_eq!(hub.settle(&run, b, answer).await.unwrap(), Appended::Stored);
+    }
+    let tail = run.state(|st| st.tail.clone());
+    assert_eq!(
+        (tail.last_seq, tail.records, tail.last_step),
+        (5, 5, Some(5))
+    );
+    for seq in 1..=5u64 {
+        match live.try_recv().unwrap() {
+            LiveEvent::Batch { seq: got, .. } => assert_eq!(got, seq),
+            other => panic!("expected batch {seq}, got {other:?}"),
+        }
+    }
+    // What the store holds is what the tail says, and a resend is recognised.
+    assert!(matches!(
+        hub.submit(&run, &tail, batch(3, vec![(MetricId(0), 3.0)]))
+            .await
+            .unwrap(),
+        Submitted::Duplicate
+    ));
 }

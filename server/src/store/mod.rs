@@ -58,6 +58,14 @@ pub enum StoreError {
     Join(String),
     #[error("{0}")]
     Schema(String),
+    /// A batch whose predecessor is not stored (it failed, or was never sent): storing it
+    /// would leave a hole in the run.
+    #[error("batch {seq} of run {run_key} follows a batch the store does not hold (it holds through {stored})")]
+    Gap {
+        run_key: RunKey,
+        seq: u64,
+        stored: u64,
+    },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -239,6 +247,31 @@ impl Store {
     /// Stores one batch and the run's new tail; returns once committed, with whether it was
     /// inserted (`false`: a batch of that sequence number was stored before, and nothing
     /// changed).
+    /// Hands a batch to the writer; its answer (`true`: inserted, `false`: that `(run, seq)`
+    /// was already stored) comes once its transaction ends. The writer refuses a batch
+    /// whose predecessor the store does not hold ([`StoreError::Gap`]), so a run's batches
+    /// may be submitted before the earlier ones commit: if one fails, so do the ones after.
+    pub async fn submit_batch(
+        &self,
+        key: RunKey,
+        seq: u64,
+        records: Arc<[StepRecord]>,
+        tail: RunTail,
+    ) -> Result<oneshot::Receiver<Result<bool>>> {
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Command::AppendBatch {
+                key,
+                seq,
+                records,
+                tail,
+                reply,
+            })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(answer)
+    }
+
     pub async fn append_batch(
         &self,
         key: RunKey,
@@ -246,14 +279,10 @@ impl Store {
         records: Arc<[StepRecord]>,
         tail: RunTail,
     ) -> Result<bool> {
-        self.call(|reply| Command::AppendBatch {
-            key,
-            seq,
-            records,
-            tail,
-            reply,
-        })
-        .await
+        self.submit_batch(key, seq, records, tail)
+            .await?
+            .await
+            .map_err(|_| StoreError::WriterGone)?
     }
 
     pub async fn set_status(
@@ -532,6 +561,69 @@ mod tests {
             took < Duration::from_millis(2500),
             "ten batches took {took:?}"
         );
+    }
+
+    /// Batches may be handed to the writer before the earlier ones commit: one whose
+    /// predecessor is not stored is refused, whichever transaction it shares, so a failed
+    /// batch takes the ones behind it along and the run never has a hole.
+    #[tokio::test]
+    async fn a_batch_whose_predecessor_is_not_stored_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        let (store, _) = Store::open_at(&location, Duration::ZERO).unwrap();
+        let key = store
+            .upsert_run(test_identity("r", "p"), 1, 1.0)
+            .await
+            .unwrap();
+        let tails = |seqs: &[u64]| {
+            let mut tail = RunTail::default();
+            seqs.iter()
+                .map(|&seq| {
+                    let records: Arc<[StepRecord]> = vec![rec(seq as i64, seq as f64)].into();
+                    tail = tail.after(seq, &records);
+                    (seq, records, tail.clone())
+                })
+                .collect::<Vec<_>>()
+        };
+        let all = tails(&[1, 2, 3, 4]);
+        let (seq, records, tail) = all[0].clone();
+        assert!(store.append_batch(key, seq, records, tail).await.unwrap());
+        // 3 and 4 skip 2; 2 comes last. Handed over together, they share transactions.
+        let mut answers = Vec::new();
+        for i in [2, 3, 1] {
+            let (seq, records, tail) = all[i].clone();
+            answers.push((
+                seq,
+                store.submit_batch(key, seq, records, tail).await.unwrap(),
+            ));
+        }
+        let mut outcomes = Vec::new();
+        for (seq, answer) in answers {
+            outcomes.push((seq, answer.await.unwrap()));
+        }
+        for (seq, outcome) in &outcomes[..2] {
+            assert!(
+                matches!(outcome, Err(StoreError::Gap { stored: 1, .. })),
+                "batch {seq}: {outcome:?}"
+            );
+        }
+        assert!(matches!(outcomes[2], (2, Ok(true))), "{:?}", outcomes[2]);
+        // What is stored is 1 and 2, and the tail says so.
+        let stored = store
+            .scan(key, 0, 100, Vec::new(), |out, seq, _| {
+                out.push(seq);
+                ControlFlow::Continue(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(stored, vec![1, 2]);
+        drop(store);
+        let (_, runs) = Store::open_at(&location, Duration::ZERO).unwrap();
+        assert_eq!(runs[0].tail.last_seq, 2);
+        assert_eq!(runs[0].tail.records, 2);
     }
 
     #[tokio::test]

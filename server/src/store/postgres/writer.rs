@@ -92,11 +92,42 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             tail,
             ..
         } => {
+            // The tail moves only from the batch before this one: a batch whose predecessor
+            // is not stored (it failed in an earlier transaction) must not be stored either.
+            // The row lock this takes also orders two hubs storing the same run.
+            let follows = tx.execute(
+                "UPDATE runs SET last_seq = $2, last_step = $3, last_point_at = $4, records = \
+                 $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
+                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
+                 last_seq = $2 - 1",
+                &[
+                    key,
+                    &(*seq as i64),
+                    &tail.last_step,
+                    &tail.last_point_at,
+                    &(tail.records as i64),
+                    &encode_values(&tail.last_values),
+                    &stepstream_protocol::unix_now(),
+                ],
+            )?;
+            if follows == 0 {
+                let stored: i64 = tx
+                    .query_one("SELECT last_seq FROM runs WHERE key = $1", &[key])?
+                    .get(0);
+                if stored as u64 >= *seq {
+                    return Ok(Applied::Inserted(false));
+                }
+                return Err(StoreError::Gap {
+                    run_key: *key,
+                    seq: *seq,
+                    stored: stored as u64,
+                });
+            }
             let range = step_range(records);
             let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;
-            let inserted = tx.execute(
+            tx.execute(
                 "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) VALUES ($1, $2, \
-                 $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                 $3, $4, $5, $6)",
                 &[
                     key,
                     &(*seq as i64),
@@ -106,30 +137,12 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &range.map(|r| r.1),
                 ],
             )?;
-            if inserted == 0 {
-                return Ok(Applied::Inserted(false));
-            }
             if let Some((lo, hi)) = range {
                 tx.execute(
                     "UPDATE runs SET max_span = $2 WHERE key = $1 AND max_span < $2",
                     &[key, &hi.saturating_sub(lo)],
                 )?;
             }
-            tx.execute(
-                "UPDATE runs SET last_seq = $2, last_step = $3, last_point_at = $4, records = \
-                 $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
-                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
-                 last_seq < $2",
-                &[
-                    key,
-                    &(tail.last_seq as i64),
-                    &tail.last_step,
-                    &tail.last_point_at,
-                    &(tail.records as i64),
-                    &encode_values(&tail.last_values),
-                    &stepstream_protocol::unix_now(),
-                ],
-            )?;
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {

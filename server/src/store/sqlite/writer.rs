@@ -2,7 +2,7 @@
 
 use super::super::blob::{encode_records, encode_values, step_range};
 use super::super::command::{Applied, Command, Engine};
-use super::super::{Result, RunKey};
+use super::super::{Result, RunKey, StoreError};
 use rusqlite::{params, Connection};
 
 /// The write connection, owned by the writer thread.
@@ -16,7 +16,7 @@ impl Engine for Sqlite {
     }
 
     fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied> {
-        Ok(apply(tx, cmd)?)
+        apply(tx, cmd)
     }
 
     fn commit(tx: Self::Tx<'_>) -> Result<()> {
@@ -24,7 +24,7 @@ impl Engine for Sqlite {
     }
 }
 
-fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Applied> {
+fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
     match cmd {
         Command::UpsertRun { identity, at, .. } => {
             let id = &identity.run_id;
@@ -71,44 +71,59 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> rusqlite::Result<Appl
             tail,
             ..
         } => {
-            let range = step_range(records);
-            let blob = encode_records(records)
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-            let inserted = tx
+            // The tail moves only from the batch before this one: a batch whose predecessor
+            // is not stored (it failed in an earlier transaction) must not be stored either.
+            let follows = tx
                 .prepare_cached(
-                    "INSERT OR IGNORE INTO batches (run_key, seq, n, data, lo_step, hi_step) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
+                     records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
+                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
+                     WHERE key = ?1 AND last_seq = ?2 - 1",
                 )?
                 .execute(params![
                     key,
                     *seq as i64,
-                    records.len() as i64,
-                    blob,
-                    range.map(|r| r.0),
-                    range.map(|r| r.1),
+                    tail.last_step,
+                    tail.last_point_at,
+                    tail.records as i64,
+                    encode_values(&tail.last_values),
+                    protocol_now(),
                 ])?;
-            if let (1, Some((lo, hi))) = (inserted, range) {
+            if follows == 0 {
+                let stored: i64 = tx
+                    .prepare_cached("SELECT last_seq FROM runs WHERE key = ?1")?
+                    .query_row(params![key], |row| row.get(0))?;
+                if stored as u64 >= *seq {
+                    return Ok(Applied::Inserted(false));
+                }
+                return Err(StoreError::Gap {
+                    run_key: *key,
+                    seq: *seq,
+                    stored: stored as u64,
+                });
+            }
+            let range = step_range(records);
+            let blob = encode_records(records)
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            tx.prepare_cached(
+                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                key,
+                *seq as i64,
+                records.len() as i64,
+                blob,
+                range.map(|r| r.0),
+                range.map(|r| r.1),
+            ])?;
+            if let Some((lo, hi)) = range {
                 tx.prepare_cached(
                     "UPDATE runs SET max_span = ?2 WHERE key = ?1 AND max_span < ?2",
                 )?
                 .execute(params![key, hi.saturating_sub(lo)])?;
             }
-            tx.prepare_cached(
-                "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
-                 records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
-                 status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
-                 WHERE key = ?1 AND last_seq < ?2",
-            )?
-            .execute(params![
-                key,
-                tail.last_seq as i64,
-                tail.last_step,
-                tail.last_point_at,
-                tail.records as i64,
-                encode_values(&tail.last_values),
-                protocol_now(),
-            ])?;
-            Ok(Applied::Inserted(inserted == 1))
+            Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
             key,

@@ -1,0 +1,255 @@
+//! Storing a collector's batches: the checks, the hand-off to the store, and what follows a
+//! commit (the run's tail, its viewers, its alert rules).
+//!
+//! A batch goes through in two halves, so a collector's connection can hand the store its
+//! next batch while the previous one commits: [`Hub::submit`] checks it against the tail
+//! the batches before it leave and hands it to the store's writer; [`Hub::settle`] takes
+//! the store's answer, and only then is the batch in the run's tail, published and judged.
+//! The writer stores a run's batches only in `seq` order without a gap (see `store`), so a
+//! batch that failed takes every later batch in flight with it.
+
+use super::{heard_from, publish_batch, same_records, Hub, IngestError, Run, RunState};
+use crate::hub::judge::Job;
+use crate::store::{RunTail, StoreError};
+use std::sync::Arc;
+use stepstream_protocol::{unix_now, Batch, MetricId, RunId, StepRecord};
+use tokio::sync::oneshot;
+
+/// What became of a batch.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Appended {
+    Stored,
+    /// Already stored earlier, identical (a resend after a lost ack); nothing changed.
+    Duplicate,
+}
+
+/// A batch handed to the store and not yet settled.
+pub struct InFlight {
+    pub seq: u64,
+    records: Arc<[StepRecord]>,
+    tail: RunTail,
+    run_id: RunId,
+    /// The records' encoded size, about.
+    bytes: usize,
+    answer: oneshot::Receiver<Result<bool, StoreError>>,
+}
+
+impl InFlight {
+    /// The tail of the run once this batch is stored: what the next batch is checked against.
+    pub fn tail(&self) -> &RunTail {
+        &self.tail
+    }
+
+    /// The records' encoded size, about: what a connection's batches in flight are bounded by.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The store's answer, without waiting: `None` while the transaction is open.
+    pub fn try_answer(&mut self) -> Option<Result<bool, StoreError>> {
+        match self.answer.try_recv() {
+            Ok(answer) => Some(answer),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(StoreError::WriterGone)),
+        }
+    }
+
+    /// The store's answer. Cancel-safe: dropping the future loses nothing.
+    pub async fn answer(&mut self) -> Result<bool, StoreError> {
+        (&mut self.answer)
+            .await
+            .unwrap_or(Err(StoreError::WriterGone))
+    }
+}
+
+/// What [`Hub::submit`] did with a batch.
+pub enum Submitted {
+    /// A resend of a stored batch, identical to it: acknowledge it again.
+    Duplicate,
+    /// Handed to the store: settle it with its answer.
+    InFlight(InFlight),
+}
+
+impl Hub {
+    /// Checks a batch against the limits and the run's metric table.
+    fn check_batch(&self, st: &RunState, batch: &Batch) -> Result<(), IngestError> {
+        let limits = &self.limits.wire;
+        if batch.records.len() > limits.batch_records as usize {
+            return Err(IngestError::Limit(format!(
+                "batch {} holds {} records; the limit is {} (limit batch_records)",
+                batch.seq,
+                batch.records.len(),
+                limits.batch_records
+            )));
+        }
+        let mut ids: Vec<MetricId> = Vec::new();
+        for r in &batch.records {
+            if r.values.len() > limits.record_values as usize {
+                return Err(IngestError::Limit(format!(
+                    "a record of batch {} (step {}) holds {} values; the limit is {} (limit \
+                     record_values)",
+                    batch.seq,
+                    r.step,
+                    r.values.len(),
+                    limits.record_values
+                )));
+            }
+            // Collectors send ids ascending: then no id repeats, and nothing is sorted.
+            if !r.values.windows(2).all(|w| w[0].0 < w[1].0) {
+                ids.clear();
+                ids.extend(r.values.iter().map(|&(id, _)| id));
+                ids.sort_unstable();
+                if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(IngestError::Limit(format!(
+                        "a record of batch {} (step {}) carries metric id {} twice",
+                        batch.seq, r.step, w[0].0
+                    )));
+                }
+            }
+            if let Some(&(id, _)) = r
+                .values
+                .iter()
+                .find(|&&(id, _)| st.metric_name(id).is_none())
+            {
+                return Err(IngestError::UndefinedMetric {
+                    seq: batch.seq,
+                    id: id.0,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `batch` against `base`, the run's tail after every batch this connection has
+    /// in flight (the run's own tail when none is), and hands it to the store. The caller
+    /// holds the run's `ingest` lock from here until every batch it has in flight is
+    /// settled, so no other connection of the run checks against a tail that is about to
+    /// change.
+    pub async fn submit(
+        &self,
+        run: &Arc<Run>,
+        base: &RunTail,
+        batch: Batch,
+    ) -> Result<Submitted, IngestError> {
+        let (tail, run_id) = run.state(|st| -> Result<_, IngestError> {
+            let last = base.last_seq;
+            if batch.seq <= last {
+                return Ok((None, st.identity.run_id.clone()));
+            }
+            if batch.seq != last + 1 {
+                return Err(IngestError::SequenceGap {
+                    got: batch.seq,
+                    last,
+                });
+            }
+            self.check_batch(st, &batch)?;
+            Ok((
+                Some(base.after(batch.seq, &batch.records)),
+                st.identity.run_id.clone(),
+            ))
+        })?;
+        let Some(tail) = tail else {
+            self.resent(run, batch.seq, &batch.records, &run_id).await?;
+            return Ok(Submitted::Duplicate);
+        };
+        let seq = batch.seq;
+        let bytes = batch
+            .records
+            .iter()
+            .map(|r| stepstream_protocol::limits::record_bytes(r.values.len()))
+            .sum();
+        let records: Arc<[StepRecord]> = batch.records.into();
+        let answer = self
+            .store
+            .submit_batch(run.key, seq, records.clone(), tail.clone())
+            .await?;
+        Ok(Submitted::InFlight(InFlight {
+            seq,
+            records,
+            tail,
+            run_id,
+            bytes,
+            answer,
+        }))
+    }
+
+    /// Takes the store's answer for a batch: a stored batch becomes the run's tail and goes
+    /// to its viewers and its alert rules. Batches are settled in the order submitted.
+    pub async fn settle(
+        &self,
+        run: &Arc<Run>,
+        batch: InFlight,
+        answer: Result<bool, StoreError>,
+    ) -> Result<Appended, IngestError> {
+        let InFlight {
+            seq,
+            records,
+            tail,
+            run_id,
+            ..
+        } = batch;
+        if !answer? {
+            // Another hub of a cluster stored this sequence number first (this hub's view
+            // of the run was behind): judge it as the resend it is.
+            return self.resent(run, seq, &records, &run_id).await;
+        }
+        self.tell_batch(&run_id, seq, &records);
+        let now = unix_now();
+        let (revived, resolved) = run.state_mut(|st| {
+            st.tail = tail;
+            st.dirty = true;
+            heard_from(st, &self.rules, now)
+        });
+        publish_batch(run, run_id, seq, &records);
+        if revived {
+            self.judge(Job::Revived {
+                run: run.clone(),
+                now,
+                resolved,
+            });
+        }
+        self.judge(Job::Records {
+            run: run.clone(),
+            records,
+            now,
+        });
+        Ok(Appended::Stored)
+    }
+
+    /// Stores a batch (unless it is a resend of one already stored), then publishes it: one
+    /// batch at a time, [`Hub::submit`] then [`Hub::settle`] under the run's lock. Nothing
+    /// here waits for anything but the store (the alert rules run on the judge's task).
+    pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
+        let _guard = run.ingest.lock().await;
+        let base = run.state(|st| st.tail.clone());
+        match self.submit(run, &base, batch).await? {
+            Submitted::Duplicate => Ok(Appended::Duplicate),
+            Submitted::InFlight(mut batch) => {
+                let answer = batch.answer().await;
+                self.settle(run, batch, answer).await
+            }
+        }
+    }
+
+    /// A batch whose sequence number is already stored: a resend must be what was stored;
+    /// anything else is a second writer (or a collector that renumbered wrongly), and
+    /// acknowledging it would lose its data.
+    async fn resent(
+        &self,
+        run: &Run,
+        seq: u64,
+        records: &[StepRecord],
+        run_id: &RunId,
+    ) -> Result<Appended, IngestError> {
+        let stored = self.store.batch(run.key, seq).await?;
+        if stored.as_deref().is_some_and(|s| same_records(s, records)) {
+            tracing::debug!(run = %run_id, seq, "duplicate batch ignored");
+            return Ok(Appended::Duplicate);
+        }
+        tracing::warn!(run = %run_id, seq, "a resent batch differs from the stored one");
+        Err(IngestError::Conflict(format!(
+            "batch {seq} was already stored with other records: another collector writes run \
+             {run_id}, or this one lost track of its sequence numbers"
+        )))
+    }
+}
