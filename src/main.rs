@@ -117,11 +117,11 @@ struct ServeArgs {
     /// fsync every commit: survive power loss too, not only a killed process.
     #[arg(long)]
     fsync: bool,
-    /// While many collectors are busy, milliseconds between the starts of two database
-    /// commits, at most (0, the default: commit at once). The batches of every run that arrive
-    /// meanwhile share one commit: with many runs this costs the hub far less CPU and disk,
-    /// for up to this much more before a record is acknowledged and shown. One or two busy
-    /// collectors never wait.
+    /// While the collectors of four or more runs are busy, milliseconds between the starts of
+    /// two database commits, at most (0: commit at once). The batches of every run that
+    /// arrive meanwhile share one commit: with many runs this costs the hub far less CPU and
+    /// disk, for up to this much more before a record is shown (collectors do not wait for
+    /// it). Fewer busy runs never wait.
     #[arg(long, default_value_t = stepstream_server::DEFAULT_COMMIT_INTERVAL.as_secs_f64() * 1e3)]
     commit_interval: f64,
     /// Alert rules and notification channels (TOML; see README). Without it the default

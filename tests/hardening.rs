@@ -171,9 +171,14 @@ fn a_hub_that_lost_acknowledged_data_says_so_and_the_collector_continues() {
         run.log(step, &[("loss", step as f64)]);
     }
     run.flush();
-    wait_for("200 stored", Duration::from_secs(10), || {
-        (hub.run_json(id.as_str())?["records"] == 200).then_some(())
-    });
+    wait_for(
+        "200 stored and acknowledged",
+        Duration::from_secs(10),
+        || {
+            (hub.run_json(id.as_str())?["records"] == 200 && run.acknowledged() == 200)
+                .then_some(())
+        },
+    );
     // The hub dies and comes back on the older copy: batches it acknowledged are gone.
     hub.kill9();
     let _ = std::fs::remove_file(db.with_file_name("hub.db-shm"));
@@ -568,5 +573,103 @@ fn sigkill_storm_loses_and_doubles_nothing() {
     println!(
         "sigkill storm: {kills} kills in {:.0} s, nothing lost or doubled",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// A connection's batches go to the store before the earlier ones commit. A batch refused
+/// amid them must leave exactly the batches before it stored and acknowledged, none after;
+/// a connection dropped with batches in flight must leave the run's tail what is stored, so
+/// the resend that follows is taken exactly once.
+#[test]
+fn batches_in_flight_are_stored_in_order_and_nothing_after_a_refused_one() {
+    let hub = Hub::start(&[]);
+    let now = unix_now();
+    let batch = |seq: u64, metric: u32| {
+        ToHub::Batch(Batch {
+            seq,
+            records: vec![StepRecord {
+                step: seq as i64,
+                wall_time: now,
+                values: vec![(MetricId(metric), seq as f64)],
+            }],
+        })
+    };
+    let connect = |last: u64| {
+        let mut c = RawCollector::connect(&hub);
+        c.send(hello("pipelined", None));
+        let Some(FromHub::Welcome(w)) = c.recv() else {
+            panic!("no welcome")
+        };
+        assert!(w.last_seq <= last, "{} > {last}", w.last_seq);
+        c.send(ToHub::DefineMetrics(DefineMetrics {
+            metrics: vec![MetricDef {
+                id: MetricId(0),
+                name: "loss".into(),
+            }],
+        }));
+        (c, w.last_seq)
+    };
+    // Until the hub closes: the highest acknowledgement, and the error.
+    let read_all = |c: &mut RawCollector| {
+        let (mut acked, mut error) = (0, None);
+        while let Some(frame) = c.recv() {
+            match frame {
+                FromHub::Ack(a) => acked = acked.max(a.through_seq),
+                FromHub::HubError(e) => error = Some(e),
+                FromHub::FinishAck(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        (acked, error)
+    };
+
+    // 40 batches without waiting; the 21st names a metric never defined.
+    let (mut c, _) = connect(0);
+    for seq in 1..=40 {
+        c.send(batch(seq, if seq == 21 { 9 } else { 0 }));
+    }
+    let (acked, error) = read_all(&mut c);
+    let error = error.expect("the refusal");
+    assert!(
+        error.fatal && error.message.contains("batch 21"),
+        "{error:?}"
+    );
+    assert_eq!(
+        acked, 20,
+        "everything before the refused batch, acknowledged"
+    );
+    assert_eq!(hub.run_json("pipelined").unwrap()["records"], 20);
+
+    // 21..=80 sent, and the socket dropped at once with whatever is in flight.
+    let (mut c, last) = connect(20);
+    assert_eq!(last, 20);
+    for seq in 21..=80 {
+        c.send(batch(seq, 0));
+    }
+    drop(c);
+    // The collector resends from what the hub says it has: each batch is stored once.
+    let (mut c, last) = wait_for("a welcome after the drop", Duration::from_secs(10), || {
+        let (c, last) = connect(80);
+        Some((c, last))
+    });
+    for seq in last + 1..=80 {
+        c.send(batch(seq, 0));
+    }
+    c.send(ToHub::Finish(Finish {
+        status: FinishStatus::Finished,
+        wall_time: now,
+    }));
+    let (acked, error) = read_all(&mut c);
+    assert!(error.is_none(), "{error:?}");
+    assert!(acked == 80 || last == 80, "acknowledged through {acked}");
+    let run = hub.run_json("pipelined").unwrap();
+    assert_eq!(run["records"], 80);
+    assert_eq!(run["status"], "finished");
+    let loss = hub.json("/api/runs/pipelined/series?metric=loss&budget=100000");
+    let steps = series_steps(&loss);
+    assert_eq!(
+        steps,
+        (1..=80).collect::<Vec<i64>>(),
+        "each batch once, in order"
     );
 }

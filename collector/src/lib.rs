@@ -474,6 +474,12 @@ impl Collector {
         }
     }
 
+    /// Records the hub has acknowledged (stored) so far. The hub acknowledges within about
+    /// 50 ms of storing, several batches at a time.
+    pub fn acknowledged(&self) -> u64 {
+        self.stats.acked.load(Ordering::Relaxed)
+    }
+
     /// The last connection or hub error, if any.
     pub fn last_error(&self) -> Option<String> {
         self.stats.last_error.lock().ok()?.clone()

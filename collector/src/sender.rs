@@ -21,11 +21,10 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-/// Batches sent and not yet acknowledged, at most.
+/// Batches sent and not yet acknowledged, at most. The hub acknowledges at the latest when
+/// half of them wait (or within its acknowledgement delay), so a busy sender never waits
+/// for room.
 const WINDOW: u64 = 32;
-/// New records are sealed into a batch only while fewer batches than this are in flight;
-/// otherwise they gather until an acknowledgement (or a full batch).
-const IN_FLIGHT_TO_SEAL: u64 = 1;
 /// Records held in all (memory and spool), at most; beyond it the sender stops taking from
 /// the queue, and `log` drops (and counts) once that fills too.
 const MAX_BUFFERED: usize = 100_000_000;
@@ -503,10 +502,13 @@ impl Sender {
         // Whether the hub acknowledged anything on this connection.
         let mut progressed = false;
         let lost = |error: String, progressed: bool| Ended::Lost { error, progressed };
+        // `TCP_NODELAY`: a batch goes out when sealed, not after the hub's delayed ACK of the
+        // one before (the hub acknowledges several batches at a time, so between its
+        // acknowledgements nothing carries that ACK).
         let connect = tokio_tungstenite::connect_async_tls_with_config(
             &self.url,
             None,
-            false,
+            true,
             Some(tokio_tungstenite::Connector::Rustls(self.tls.clone())),
         );
         let ws: Ws = match timeout(CONNECT_TIMEOUT, connect).await {
@@ -555,13 +557,11 @@ impl Sender {
                     return lost(e.to_string(), progressed);
                 }
             }
-            // New records go out at once while nothing is in flight; otherwise they gather
-            // until the hub acknowledges (or a batch fills). Against an idle hub a record is
-            // sent immediately; against a busy one, batches grow with its delay, so the
-            // hub's per-batch cost falls exactly when it matters.
-            if sent - acked < IN_FLIGHT_TO_SEAL {
-                self.seal();
-            }
+            // New records go out at once, whatever is in flight: the hub stores a batch
+            // while it reads the next, and acknowledges several at a time. At a few records
+            // a second each is its own batch; at many, a batch holds what came since the
+            // last tick (`POLL`), or `max_batch`.
+            self.seal();
             self.refill();
             let mut wrote = false;
             for b in self.pending.iter() {

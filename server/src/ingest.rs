@@ -273,6 +273,13 @@ fn refusal(e: IngestError) -> HubError {
 /// Batches one connection may have handed to the store and not yet settled, at most; past
 /// it the session reads nothing more until a commit answers.
 const MAX_IN_FLIGHT: usize = 64;
+/// A stored batch is acknowledged within this, together with the ones stored after it: a
+/// collector no longer waits for acknowledgements to send, and one acknowledgement a
+/// commit per run was a fifth of a fleet hub's CPU. It bounds how long a collector holds
+/// what is stored, and how long `finish` waits for its last batch.
+const ACK_DELAY: Duration = Duration::from_millis(50);
+/// ... or as soon as this many batches wait for it (a collector sends 32 unacknowledged).
+const ACK_EVERY: usize = 16;
 /// Their records' encoded size, at most (at least one batch is always let through).
 const MAX_IN_FLIGHT_BYTES: usize = 4 * stepstream_protocol::limits::BATCH_BYTES;
 
@@ -285,6 +292,10 @@ struct Pipeline<'r> {
     lock: Option<tokio::sync::MutexGuard<'r, ()>>,
     in_flight: VecDeque<InFlight>,
     bytes: usize,
+    /// Stored through this and not yet acknowledged.
+    unacked: Option<u64>,
+    /// Batches stored and not yet acknowledged.
+    unacked_batches: usize,
 }
 
 impl<'r> Pipeline<'r> {
@@ -294,6 +305,8 @@ impl<'r> Pipeline<'r> {
             lock: None,
             in_flight: VecDeque::new(),
             bytes: 0,
+            unacked: None,
+            unacked_batches: 0,
         }
     }
 
@@ -350,14 +363,13 @@ impl<'r> Pipeline<'r> {
     }
 
     /// Settles the oldest batch with `answer`, then every later one already answered (one
-    /// commit answers many); returns the sequence number they are stored through.
+    /// commit answers many), and counts them to acknowledge.
     async fn settle(
         &mut self,
         hub: &Hub,
         answer: Result<bool, StoreError>,
-    ) -> Result<u64, HubError> {
+    ) -> Result<(), HubError> {
         let mut answer = answer;
-        let mut through = 0;
         while let Some(b) = self.in_flight.pop_front() {
             let seq = b.seq;
             self.bytes = self.bytes.saturating_sub(b.bytes());
@@ -373,24 +385,38 @@ impl<'r> Pipeline<'r> {
                 self.release_if_idle();
                 return Err(ingest_error(seq, e));
             }
-            through = seq;
+            self.unacked = Some(seq);
+            self.unacked_batches += 1;
             match self.in_flight.front_mut().and_then(InFlight::try_answer) {
                 Some(next) => answer = next,
                 None => break,
             }
         }
         self.release_if_idle();
-        Ok(through)
+        Ok(())
     }
 
-    /// Settles everything in flight, waiting for the store: `Some(seq)` stored through.
-    async fn drain(&mut self, hub: &Hub) -> Result<Option<u64>, HubError> {
-        let mut through = None;
+    /// Settles everything in flight, waiting for the store.
+    async fn drain(&mut self, hub: &Hub) -> Result<(), HubError> {
         while !self.in_flight.is_empty() {
             let answer = self.next_answer().await;
-            through = Some(self.settle(hub, answer).await?);
+            self.settle(hub, answer).await?;
         }
-        Ok(through)
+        Ok(())
+    }
+
+    /// Acknowledges what is stored and not yet acknowledged; `false` when the socket is gone.
+    async fn acknowledge(&mut self, conn: &mut Conn) -> bool {
+        self.unacked_batches = 0;
+        match self.unacked.take() {
+            Some(through) => {
+                conn.send(FromHub::Ack(Ack {
+                    through_seq: through,
+                }))
+                .await
+            }
+            None => true,
+        }
     }
 
     fn release_if_idle(&mut self) {
@@ -423,12 +449,7 @@ async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), 
     // However the conversation ended, what the store was handed is settled before the run
     // is let go, and acknowledged if the socket still takes it.
     let drained = pipe.drain(&app.hub).await;
-    if let Ok(Some(through)) = drained {
-        conn.send(FromHub::Ack(Ack {
-            through_seq: through,
-        }))
-        .await;
-    }
+    pipe.acknowledge(conn).await;
     match (ended, drained) {
         (Err(e), _) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(_)) => Ok(()),
@@ -442,12 +463,26 @@ async fn converse(
 ) -> Result<(), HubError> {
     let hub = &app.hub;
     let run = pipe.run;
+    let ack_due = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(ack_due);
     loop {
         let msg = tokio::select! {
             biased;
             answer = pipe.next_answer() => {
-                let through = pipe.settle(hub, answer).await?;
-                if !conn.send(FromHub::Ack(Ack { through_seq: through })).await {
+                let first = pipe.unacked.is_none();
+                let settled = pipe.settle(hub, answer).await;
+                if pipe.unacked_batches >= ACK_EVERY || settled.is_err() {
+                    if !pipe.acknowledge(conn).await {
+                        return Ok(());
+                    }
+                } else if first {
+                    ack_due.as_mut().reset(tokio::time::Instant::now() + ACK_DELAY);
+                }
+                settled?;
+                continue;
+            }
+            _ = &mut ack_due, if pipe.unacked.is_some() => {
+                if !pipe.acknowledge(conn).await {
                     return Ok(());
                 }
                 continue;
@@ -458,38 +493,24 @@ async fn converse(
         match msg {
             ToHub::Batch(batch) => {
                 if let Some(seq) = pipe.submit(hub, batch).await? {
-                    if !conn.send(FromHub::Ack(Ack { through_seq: seq })).await {
+                    pipe.unacked = pipe.unacked.max(Some(seq));
+                    if !pipe.acknowledge(conn).await {
                         return Ok(());
                     }
                 }
             }
             ToHub::DefineMetrics(defs) => {
                 // Defining takes the run's lock; the batches before it are settled first.
-                if let Some(through) = pipe.drain(hub).await? {
-                    if !conn
-                        .send(FromHub::Ack(Ack {
-                            through_seq: through,
-                        }))
-                        .await
-                    {
-                        return Ok(());
-                    }
-                }
+                pipe.drain(hub).await?;
                 hub.define_metrics(run, defs.metrics)
                     .await
                     .map_err(refusal)?;
             }
             ToHub::Heartbeat(_) => hub.heartbeat(run),
             ToHub::Finish(finish) => {
-                if let Some(through) = pipe.drain(hub).await? {
-                    if !conn
-                        .send(FromHub::Ack(Ack {
-                            through_seq: through,
-                        }))
-                        .await
-                    {
-                        return Ok(());
-                    }
+                pipe.drain(hub).await?;
+                if !pipe.acknowledge(conn).await {
+                    return Ok(());
                 }
                 let (status, message) = match finish.status {
                     FinishStatus::Finished => (RunStatus::Finished, None),

@@ -39,10 +39,11 @@ use std::time::Duration;
 pub use auth::Auth;
 pub use hub::{Hub, StatusPolicy};
 
-/// `--commit-interval`'s default: commit at once. A wait saves CPU with many runs but delays
-/// every acknowledgement and viewer (README, "Storage", has the measurement): latency wins
-/// by default.
-pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::ZERO;
+/// `--commit-interval`'s default. A wait saves CPU with many runs and delays only viewers
+/// (collectors send without waiting for acknowledgements): with a fleet of 100 runs, 20 ms
+/// cost ~0.75x the hub's CPU of none at a p99 to viewers of ~35 ms (README, "Storage").
+/// Fewer than four busy runs never wait.
+pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Everything `stepstream serve` needs to know.
 #[derive(Clone, Debug)]
@@ -279,6 +280,16 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
     let app = router(state, guard);
     let task = match &settings.tls {
         None => tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            // Frames are small and each is worth sending now: without `TCP_NODELAY` a frame
+            // waits for the peer's delayed ACK of the one before (up to 40 ms on Linux)
+            // whenever the peer sends nothing back, as viewers, and collectors between
+            // acknowledgements, do.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(std::env::var_os("SS_NAGLE").is_none()) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+            });
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -294,7 +305,8 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
                     source,
                 })?;
             tokio::spawn(reload_on_change(config.clone(), files.clone()));
-            let server = axum_server::from_tcp_rustls(listener.into_std()?, config)?;
+            let server = axum_server::from_tcp_rustls(listener.into_std()?, config)?
+                .map(|tls| tls.acceptor(axum_server::accept::NoDelayAcceptor::new()));
             tokio::spawn(async move {
                 server
                     .serve(app.into_make_service_with_connect_info::<SocketAddr>())

@@ -98,13 +98,14 @@ pub(super) fn spawn_writer<E: Engine + Send + 'static>(
 /// Commands one transaction holds, at most.
 const GROUP_MAX: usize = 1024;
 
-/// Commands the last transaction must have held for the next to wait for its interval:
-/// fewer mean few writers, whom a wait would only delay.
+/// Runs the last transaction must have stored batches of for the next to wait for its
+/// interval: fewer mean few writers, whom a wait would only delay (one busy collector
+/// hands over several batches at once, and is still one writer).
 const SIBLINGS: usize = 4;
 
 /// The writer thread's loop: takes every waiting command (up to [`GROUP_MAX`]) and commits
 /// them as one transaction. While many writers are busy (the last transaction held at
-/// least [`SIBLINGS`] commands but was not full) a transaction starts at most once per
+/// least [`SIBLINGS`] runs' batches but was not full) a transaction starts at most once per
 /// `interval`.
 ///
 /// Why wait: a commit costs about the same for one batch as for a hundred (each run's
@@ -119,9 +120,11 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
     let mut pending = Vec::with_capacity(256);
     let mut last_start = Instant::now();
     let mut last_len = 0;
+    let mut last_runs = 0;
+    let mut runs: Vec<RunKey> = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         pending.push(first);
-        if (SIBLINGS..GROUP_MAX).contains(&last_len) {
+        if last_runs >= SIBLINGS && last_len < GROUP_MAX {
             let due = last_start + interval;
             let now = Instant::now();
             if due > now {
@@ -136,6 +139,14 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
             }
         }
         last_len = pending.len();
+        runs.clear();
+        runs.extend(pending.iter().filter_map(|c| match c {
+            Command::AppendBatch { key, .. } => Some(*key),
+            _ => None,
+        }));
+        runs.sort_unstable();
+        runs.dedup();
+        last_runs = runs.len();
         commit_group(&mut engine, &mut pending, &commits);
     }
     tracing::debug!("database writer stopped");

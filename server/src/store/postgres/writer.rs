@@ -96,10 +96,10 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             // is not stored (it failed in an earlier transaction) must not be stored either.
             // The row lock this takes also orders two hubs storing the same run.
             let follows = tx.execute(
-                "UPDATE runs SET last_seq = $2, last_step = $3, last_point_at = $4, records = \
+                "UPDATE runs SET last_seq = $2::BIGINT, last_step = $3, last_point_at = $4, records = \
                  $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
                  CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
-                 last_seq = $2 - 1",
+                 last_seq = $2::BIGINT - 1",
                 &[
                     key,
                     &(*seq as i64),
