@@ -286,7 +286,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             // whenever the peer sends nothing back, as viewers, and collectors between
             // acknowledgements, do.
             let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(std::env::var_os("SS_NAGLE").is_none()) {
+                if let Err(e) = tcp.set_nodelay(true) {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                 }
             });
