@@ -74,6 +74,21 @@ pub(super) trait Engine {
     fn commit(tx: Self::Tx<'_>) -> Result<()>;
 }
 
+/// A batch the run's tail update did not match (its stored tail is not the batch before
+/// it), given the stored tail's `seq`: a resend when that covers the batch, else a batch
+/// after a missing one, which must not be stored.
+pub(super) fn not_next(run_key: RunKey, seq: u64, stored: u64) -> Result<Applied> {
+    if stored >= seq {
+        Ok(Applied::Inserted(false))
+    } else {
+        Err(StoreError::Gap {
+            run_key,
+            seq,
+            stored,
+        })
+    }
+}
+
 /// How the writer thread commits, the same for both engines.
 pub(super) struct Writer {
     /// A transaction starts at most once per this, while many writers are busy.

@@ -524,7 +524,9 @@ mod tests {
             store.commits() - before
         }
         let shared = commits_for_spread_appends(Duration::from_millis(500)).await;
-        assert!(shared <= 3, "40 batches in 20 ms took {shared} commits");
+        // The first commits hold what arrived before four runs were seen busy at once (one
+        // run, then the rest of the first four); after that one wait takes everything.
+        assert!(shared <= 4, "40 batches in 20 ms took {shared} commits");
         let alone = commits_for_spread_appends(Duration::ZERO).await;
         assert!(
             alone >= 5,

@@ -3,7 +3,7 @@
 //! need (a hub's memory only knows its own connections).
 
 use super::super::blob::{encode_records, encode_values, step_range};
-use super::super::command::{Applied, Command, Engine};
+use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::{Result, RunKey, StoreError};
 
 /// A writer silent this long no longer holds its run (the hub's own rule, kept in the
@@ -114,14 +114,7 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 let stored: i64 = tx
                     .query_one("SELECT last_seq FROM runs WHERE key = $1", &[key])?
                     .get(0);
-                if stored as u64 >= *seq {
-                    return Ok(Applied::Inserted(false));
-                }
-                return Err(StoreError::Gap {
-                    run_key: *key,
-                    seq: *seq,
-                    stored: stored as u64,
-                });
+                return not_next(*key, *seq, stored as u64);
             }
             let range = step_range(records);
             let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;

@@ -1,8 +1,8 @@
 //! SQLite's side of the writer thread: each command applied inside the group's transaction.
 
 use super::super::blob::{encode_records, encode_values, step_range};
-use super::super::command::{Applied, Command, Engine};
-use super::super::{Result, RunKey, StoreError};
+use super::super::command::{not_next, Applied, Command, Engine};
+use super::super::{Result, RunKey};
 use rusqlite::{params, Connection};
 
 /// The write connection, owned by the writer thread.
@@ -93,14 +93,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 let stored: i64 = tx
                     .prepare_cached("SELECT last_seq FROM runs WHERE key = ?1")?
                     .query_row(params![key], |row| row.get(0))?;
-                if stored as u64 >= *seq {
-                    return Ok(Applied::Inserted(false));
-                }
-                return Err(StoreError::Gap {
-                    run_key: *key,
-                    seq: *seq,
-                    stored: stored as u64,
-                });
+                return not_next(*key, *seq, stored as u64);
             }
             let range = step_range(records);
             let blob = encode_records(records)
