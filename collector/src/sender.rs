@@ -267,12 +267,9 @@ impl Sender {
                 n += 1;
             }
             let records: Vec<StepRecord> = self.building.drain(..n).collect();
-            self.building_bytes = self.building_bytes.saturating_sub(
-                records
-                    .iter()
-                    .map(|r| limits::record_bytes(r.values.len()))
-                    .sum(),
-            );
+            self.building_bytes = self
+                .building_bytes
+                .saturating_sub(limits::records_bytes(&records));
             let batch = Batch {
                 seq: self.next_seq,
                 records,

@@ -87,3 +87,8 @@ impl Limits {
 pub fn record_bytes(values: usize) -> usize {
     10 + 8 + 10 + values * (5 + 8)
 }
+
+/// Bytes `records` add to an encoded batch, at most.
+pub fn records_bytes(records: &[crate::StepRecord]) -> usize {
+    records.iter().map(|r| record_bytes(r.values.len())).sum()
+}

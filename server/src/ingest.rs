@@ -330,14 +330,8 @@ impl<'r> Pipeline<'r> {
                 format!("batch {seq} sent again while it is being stored"),
             ));
         }
-        let submitted = match self.in_flight.back() {
-            Some(prev) => hub.submit(self.run, prev.tail(), batch).await,
-            None => {
-                let base = self.run.state(|st| st.tail.clone());
-                hub.submit(self.run, &base, batch).await
-            }
-        };
-        match submitted {
+        let base = self.in_flight.back().map(InFlight::tail);
+        match hub.submit(self.run, base, batch).await {
             Ok(Submitted::InFlight(b)) => {
                 self.bytes += b.bytes();
                 self.in_flight.push_back(b);

@@ -121,17 +121,18 @@ impl Hub {
     }
 
     /// Checks `batch` against `base`, the run's tail after every batch this connection has
-    /// in flight (the run's own tail when none is), and hands it to the store. The caller
+    /// in flight (`None` when none is: the run's own tail), and hands it to the store. The caller
     /// holds the run's `ingest` lock from here until every batch it has in flight is
     /// settled, so no other connection of the run checks against a tail that is about to
     /// change.
     pub async fn submit(
         &self,
         run: &Arc<Run>,
-        base: &RunTail,
+        base: Option<&RunTail>,
         batch: Batch,
     ) -> Result<Submitted, IngestError> {
         let (tail, run_id) = run.state(|st| -> Result<_, IngestError> {
+            let base = base.unwrap_or(&st.tail);
             let last = base.last_seq;
             if batch.seq <= last {
                 return Ok((None, st.identity.run_id.clone()));
@@ -153,11 +154,7 @@ impl Hub {
             return Ok(Submitted::Duplicate);
         };
         let seq = batch.seq;
-        let bytes = batch
-            .records
-            .iter()
-            .map(|r| stepstream_protocol::limits::record_bytes(r.values.len()))
-            .sum();
+        let bytes = stepstream_protocol::limits::records_bytes(&batch.records);
         let records: Arc<[StepRecord]> = batch.records.into();
         let answer = self
             .store
@@ -221,8 +218,7 @@ impl Hub {
     /// here waits for anything but the store (the alert rules run on the judge's task).
     pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
         let _guard = run.ingest.lock().await;
-        let base = run.state(|st| st.tail.clone());
-        match self.submit(run, &base, batch).await? {
+        match self.submit(run, None, batch).await? {
             Submitted::Duplicate => Ok(Appended::Duplicate),
             Submitted::InFlight(mut batch) => {
                 let answer = batch.answer().await;

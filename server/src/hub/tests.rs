@@ -268,7 +268,11 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
     let mut in_flight = Vec::new();
     for seq in 1..=5u64 {
         match hub
-            .submit(&run, &base, batch(seq, vec![(MetricId(0), seq as f64)]))
+            .submit(
+                &run,
+                Some(&base),
+                batch(seq, vec![(MetricId(0), seq as f64)]),
+            )
             .await
             .unwrap()
         {
@@ -284,7 +288,7 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
     assert!(live.try_recv().is_err());
     // A batch that skips one is refused against the tail in flight, not the settled one.
     assert!(matches!(
-        hub.submit(&run, &base, batch(7, vec![(MetricId(0), 7.0)]))
+        hub.submit(&run, Some(&base), batch(7, vec![(MetricId(0), 7.0)]))
             .await,
         Err(IngestError::SequenceGap { got: 7, last: 5 })
     ));
@@ -305,7 +309,7 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
     }
     // What the store holds is what the tail says, and a resend is recognised.
     assert!(matches!(
-        hub.submit(&run, &tail, batch(3, vec![(MetricId(0), 3.0)]))
+        hub.submit(&run, Some(&tail), batch(3, vec![(MetricId(0), 3.0)]))
             .await
             .unwrap(),
         Submitted::Duplicate
