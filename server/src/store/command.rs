@@ -72,6 +72,9 @@ pub(super) trait Engine {
     fn begin(&mut self) -> Result<Self::Tx<'_>>;
     fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied>;
     fn commit(tx: Self::Tx<'_>) -> Result<()>;
+    /// Called after each group commit, on the writer thread: work the engine does beside
+    /// its transactions (SQLite's checkpoints) is asked for here, never done here.
+    fn committed(&mut self) {}
 }
 
 /// A batch the run's tail update did not match (its stored tail is not the batch before
@@ -163,6 +166,7 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
         runs.dedup();
         last_runs = runs.len();
         commit_group(&mut engine, &mut pending, &commits);
+        engine.committed();
     }
     tracing::debug!("database writer stopped");
 }

@@ -628,6 +628,46 @@ mod tests {
         assert_eq!(runs[0].tail.records, 2);
     }
 
+    /// SQLite's own checkpoint waits for 65,536 WAL pages: a few hundred kilobytes of
+    /// batches reach the database file only through the checkpointer, which no read or
+    /// timer starts, only a commit.
+    #[tokio::test]
+    async fn commits_reach_the_database_file_through_the_checkpointer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.db");
+        let (store, _) = Store::open(&path, false).unwrap();
+        let key = store
+            .upsert_run(test_identity("r", "p"), 1, 1.0)
+            .await
+            .unwrap();
+        let mut tail = RunTail::default();
+        for seq in 1..=40u64 {
+            let records: Arc<[StepRecord]> = (0..100)
+                .map(|i| StepRecord {
+                    step: (seq * 100 + i) as i64,
+                    wall_time: 1.0,
+                    values: (0..10).map(|m| (MetricId(m), (seq * i) as f64)).collect(),
+                })
+                .collect::<Vec<_>>()
+                .into();
+            tail = tail.after(seq, &records);
+            assert!(store
+                .append_batch(key, seq, records, tail.clone())
+                .await
+                .unwrap());
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        while file() < 200_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database file holds {} bytes after 10 s: nothing checkpointed",
+                file()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     #[tokio::test]
     async fn batches_survive_reopen_and_duplicates_are_refused() {
         let dir = tempfile::tempdir().unwrap();

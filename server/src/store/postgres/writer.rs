@@ -94,12 +94,14 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
         } => {
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
-            // The row lock this takes also orders two hubs storing the same run.
+            // The row lock this takes also orders two hubs storing the same run. The widest
+            // span rides on the same statement: one row write per batch.
+            let range = step_range(records);
             let follows = tx.execute(
                 "UPDATE runs SET last_seq = $2::BIGINT, last_step = $3, last_point_at = $4, records = \
                  $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
-                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
-                 last_seq = $2::BIGINT - 1",
+                 CASE WHEN status = 'stale' THEN 'running' ELSE status END, max_span = \
+                 GREATEST(max_span, $8) WHERE key = $1 AND last_seq = $2::BIGINT - 1",
                 &[
                     key,
                     &(*seq as i64),
@@ -108,6 +110,7 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &(tail.records as i64),
                     &encode_values(&tail.last_values),
                     &stepstream_protocol::unix_now(),
+                    &range.map_or(0, |(lo, hi)| hi.saturating_sub(lo)),
                 ],
             )?;
             if follows == 0 {
@@ -116,7 +119,6 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     .get(0);
                 return not_next(*key, *seq, stored as u64);
             }
-            let range = step_range(records);
             let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;
             tx.execute(
                 "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) VALUES ($1, $2, \
@@ -130,12 +132,6 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &range.map(|r| r.1),
                 ],
             )?;
-            if let Some((lo, hi)) = range {
-                tx.execute(
-                    "UPDATE runs SET max_span = $2 WHERE key = $1 AND max_span < $2",
-                    &[key, &hi.saturating_sub(lo)],
-                )?;
-            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {

@@ -1,15 +1,18 @@
 //! The default engine: one SQLite file owned by one hub. WAL mode lets reads (on a small pool
 //! of read connections, inside `spawn_blocking`) run beside the writer thread.
 //!
+//! * `checkpoint` — copying the WAL back into the database file, beside the writer.
 //! * `schema` — the tables, their migrations (`PRAGMA user_version`), loading runs.
 //! * `writer` — what each write command does inside the group's transaction.
 
+mod checkpoint;
 mod schema;
 mod writer;
 
 use super::blob::visit_values;
 use super::command::{spawn_writer, Command, Writer};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
+use checkpoint::Checkpointer;
 use rusqlite::{params, Connection, OptionalExtension};
 use schema::{load_runs, migrate, INDEXES, SCHEMA};
 use std::ops::ControlFlow;
@@ -65,12 +68,17 @@ pub(super) fn open(
         "synchronous",
         if fsync_every_commit { "FULL" } else { "NORMAL" },
     )?;
+    // Checkpoints run on their own thread (`checkpoint`); SQLite's own is a backstop. After
+    // a checkpoint the WAL is cut back to what a second of commits fills, about.
+    conn.pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)?;
+    conn.pragma_update(None, "journal_size_limit", 64 << 20)?;
     conn.execute_batch(SCHEMA)?;
     migrate(&mut conn)?;
     conn.execute_batch(INDEXES)?;
     let runs = load_runs(&conn)?;
 
-    let tx = spawn_writer(writer::Sqlite(conn), writer);
+    let checkpointer = Checkpointer::start(path)?;
+    let tx = spawn_writer(writer::Sqlite { conn, checkpointer }, writer);
     let reads = Reads {
         readers: Arc::new(Mutex::new(Vec::new())),
         reading: Arc::new(tokio::sync::Semaphore::new(READERS)),

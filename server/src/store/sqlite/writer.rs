@@ -5,14 +5,17 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::{Result, RunKey};
 use rusqlite::{params, Connection};
 
-/// The write connection, owned by the writer thread.
-pub(in crate::store) struct Sqlite(pub(in crate::store) Connection);
+/// The write connection, owned by the writer thread, and the checkpointer it wakes.
+pub(in crate::store) struct Sqlite {
+    pub(in crate::store) conn: Connection,
+    pub(in crate::store) checkpointer: super::checkpoint::Checkpointer,
+}
 
 impl Engine for Sqlite {
     type Tx<'a> = rusqlite::Transaction<'a>;
 
     fn begin(&mut self) -> Result<Self::Tx<'_>> {
-        Ok(self.0.transaction()?)
+        Ok(self.conn.transaction()?)
     }
 
     fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied> {
@@ -21,6 +24,10 @@ impl Engine for Sqlite {
 
     fn commit(tx: Self::Tx<'_>) -> Result<()> {
         Ok(tx.commit()?)
+    }
+
+    fn committed(&mut self) {
+        self.checkpointer.wake();
     }
 }
 
@@ -71,14 +78,16 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             tail,
             ..
         } => {
+            let range = step_range(records);
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
+            // The widest span rides on the same statement: one row write per batch.
             let follows = tx
                 .prepare_cached(
                     "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
                      records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
-                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
-                     WHERE key = ?1 AND last_seq = ?2 - 1",
+                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END, \
+                     max_span = max(max_span, ?8) WHERE key = ?1 AND last_seq = ?2 - 1",
                 )?
                 .execute(params![
                     key,
@@ -88,6 +97,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     tail.records as i64,
                     encode_values(&tail.last_values),
                     protocol_now(),
+                    range.map_or(0, |(lo, hi)| hi.saturating_sub(lo)),
                 ])?;
             if follows == 0 {
                 let stored: i64 = tx
@@ -95,7 +105,6 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     .query_row(params![key], |row| row.get(0))?;
                 return not_next(*key, *seq, stored as u64);
             }
-            let range = step_range(records);
             let blob = encode_records(records)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             tx.prepare_cached(
@@ -110,12 +119,6 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 range.map(|r| r.0),
                 range.map(|r| r.1),
             ])?;
-            if let Some((lo, hi)) = range {
-                tx.prepare_cached(
-                    "UPDATE runs SET max_span = ?2 WHERE key = ?1 AND max_span < ?2",
-                )?
-                .execute(params![key, hi.saturating_sub(lo)])?;
-            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
