@@ -48,8 +48,8 @@ const COALESCE_FRAMES: usize = 64;
 
 /// How long a viewer's writer waits for more frames after the first before it writes. A
 /// group commit settles its batches over a millisecond or two, each run's on its own task:
-/// without the wait a viewer of ten runs got one write per batch (perf: the loopback sends
-/// were a fifth of a fleet hub's CPU); with it, about one per commit.
+/// without the wait a viewer of ten runs got about one write per batch (the fleet's hub made
+/// 121,126 sends in 10 s; with it, 23,694).
 const COALESCE_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
 
 pub async fn viewer_socket(
@@ -156,22 +156,15 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let budget = out.bytes.clone();
     let writer = tokio::spawn(async move {
         let mut taken = Vec::with_capacity(COALESCE_FRAMES);
-        while let Some(first) = outgoing.recv().await {
-            // Frames queued meanwhile (a group commit's batches of several runs) go out in
-            // the same write.
-            taken.push(first);
-            let drain = |taken: &mut Vec<_>, outgoing: &mut mpsc::Receiver<_>| {
-                while taken.len() < COALESCE_FRAMES {
-                    match outgoing.try_recv() {
-                        Ok(next) => taken.push(next),
-                        Err(_) => break,
-                    }
-                }
-            };
-            drain(&mut taken, &mut outgoing);
+        while outgoing.recv_many(&mut taken, COALESCE_FRAMES).await > 0 {
+            // Frames queued meanwhile, or within COALESCE_WAIT (a group commit's batches of
+            // several runs), go out in the same write.
             if taken.len() < COALESCE_FRAMES {
                 tokio::time::sleep(COALESCE_WAIT).await;
-                drain(&mut taken, &mut outgoing);
+                if !outgoing.is_empty() {
+                    let room = COALESCE_FRAMES - taken.len();
+                    outgoing.recv_many(&mut taken, room).await;
+                }
             }
             let write = async {
                 for (bytes, _) in &taken {

@@ -1,5 +1,6 @@
 //! The checkpointer: copies committed pages from the WAL back into the database file on its
-//! own thread and connection, at most once per [`PERIOD`], and only after a commit asked (an idle hub does nothing).
+//! own thread and connection, at most once per [`PERIOD`], and only after a commit asked (an
+//! idle hub does nothing).
 //!
 //! SQLite's automatic checkpoint runs inside the commit that crosses its threshold, on the
 //! writer: with a hundred busy runs that was a quarter of the writer's CPU at the default
@@ -23,6 +24,9 @@ pub(super) const PERIOD: Duration = Duration::from_millis(100);
 /// only a backstop, for a checkpointer that cannot keep up.
 pub(super) const BACKSTOP_PAGES: i64 = 65_536;
 
+/// Bytes the WAL file is cut back to when a checkpoint lets SQLite start it over.
+pub(super) const WAL_KEPT_BYTES: i64 = 64 << 20;
+
 /// The writer's handle: waking it never blocks the writer. The thread ends when this drops.
 pub(in crate::store) struct Checkpointer(SyncSender<()>);
 
@@ -45,16 +49,15 @@ impl Checkpointer {
 }
 
 fn run(conn: Connection, woken: Receiver<()>) {
-    let mut last = Instant::now() - PERIOD;
+    let mut last: Option<Instant> = None;
     let mut failing = false;
     while woken.recv().is_ok() {
-        let since = last.elapsed();
-        if since < PERIOD {
-            std::thread::sleep(PERIOD - since);
+        if let Some(wait) = last.and_then(|at| PERIOD.checked_sub(at.elapsed())) {
+            std::thread::sleep(wait);
         }
         // The commits made while it slept are covered by this checkpoint.
         let _ = woken.try_recv();
-        last = Instant::now();
+        last = Some(Instant::now());
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         }) {

@@ -68,10 +68,9 @@ pub(super) fn open(
         "synchronous",
         if fsync_every_commit { "FULL" } else { "NORMAL" },
     )?;
-    // Checkpoints run on their own thread (`checkpoint`); SQLite's own is a backstop. After
-    // a checkpoint the WAL is cut back to what a second of commits fills, about.
+    // Checkpoints run on their own thread (`checkpoint`); SQLite's own is a backstop.
     conn.pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)?;
-    conn.pragma_update(None, "journal_size_limit", 64 << 20)?;
+    conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_KEPT_BYTES)?;
     conn.execute_batch(SCHEMA)?;
     migrate(&mut conn)?;
     conn.execute_batch(INDEXES)?;
