@@ -536,6 +536,47 @@ fn collector_started_before_the_hub_spools_and_delivers_everything() {
     assert_eq!(left, 0, "the spool is removed once delivered");
 }
 
+/// The collector's linger: records logged within it wait and share one batch; a flush, and
+/// the run's end, send what is held at once instead of after the linger.
+#[test]
+fn records_within_the_linger_share_a_batch_and_a_flush_sends_at_once() {
+    let hub = Hub::start(&[]);
+    let mut options = Options::new(&hub.ws(), "tests", "linger");
+    options.linger = Duration::from_secs(60);
+    let run = Collector::start(options).unwrap();
+    let id = run.run_id().clone();
+    assert!(run.wait_welcome(Duration::from_secs(10)).is_some());
+    let records = || hub.run_json(id.as_str()).unwrap()["records"].as_u64();
+    for step in 0..20 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(records(), Some(0), "records wait for their linger");
+    run.flush();
+    wait_for("the flushed records", Duration::from_secs(5), || {
+        (records() == Some(20)).then_some(())
+    });
+    for step in 20..30 {
+        run.log(step, &[("loss", step as f64)]);
+    }
+    let started = std::time::Instant::now();
+    let report = run.finish(Outcome::Finished);
+    assert!(report.delivered, "{report:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "finish waited {:?} for the linger",
+        started.elapsed()
+    );
+    assert_eq!(records(), Some(30));
+    // Two batches: the twenty the flush sent, the ten the end sent.
+    let mut raw = RawCollector::connect(&hub);
+    raw.send(hello(id.as_str(), None));
+    match raw.recv() {
+        Some(FromHub::Welcome(w)) => assert_eq!(w.last_seq, 2),
+        other => panic!("expected a welcome, got {other:?}"),
+    }
+}
+
 #[test]
 fn alerts_fire_resolve_and_reach_the_api_and_viewers() {
     let hub = Hub::start(&[]);

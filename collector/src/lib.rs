@@ -37,6 +37,9 @@ use tokio::sync::oneshot;
 
 pub use stepstream_protocol::RunId as Id;
 
+/// [`Options::linger`]'s default.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(20);
+
 /// How a collector connects and what run it reports.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -61,6 +64,10 @@ pub struct Options {
     pub queue_capacity: usize,
     /// Most records per batch.
     pub max_batch: usize,
+    /// How long a record may wait for others to share its batch (Kafka's `linger.ms`): at
+    /// 100 steps a second 20 ms puts two or three records in a frame, and most of a hub's
+    /// work is per frame. A flush, a full batch and the run's end send at once.
+    pub linger: Duration,
     /// Sent when nothing else was sent for this long.
     pub heartbeat: Duration,
     /// Keep `run_YYYYMMDD_HHMMSS_metrics.csv` and `..._config.json` in this folder.
@@ -94,6 +101,7 @@ impl Options {
             framework: String::new(),
             queue_capacity: 1 << 20,
             max_batch: 2000,
+            linger: DEFAULT_LINGER,
             heartbeat: Duration::from_secs(5),
             archive_dir: None,
             archive_tag: String::new(),

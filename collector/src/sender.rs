@@ -47,6 +47,10 @@ pub(crate) struct Sender {
     building: Vec<StepRecord>,
     /// Encoded size of `building`, at most (see [`limits::record_bytes`]).
     building_bytes: usize,
+    /// When the oldest record in `building` arrived: it is sealed `options.linger` later.
+    building_since: Option<Instant>,
+    /// A flush asked for what is held to go now.
+    flushing: bool,
     /// Random per process: the hub tells this writer from a second one on the same run.
     writer: u64,
     /// Where `log` leaves commands.
@@ -111,6 +115,8 @@ impl Sender {
             metrics: MetricTable::default(),
             building: Vec::new(),
             building_bytes: 0,
+            building_since: None,
+            flushing: false,
             writer: crate::random_u64(),
             queue,
             arrivals: Default::default(),
@@ -172,6 +178,7 @@ impl Sender {
                     self.archive_row(&r);
                 }
                 self.building_bytes += limits::record_bytes(r.values.len());
+                self.building_since.get_or_insert_with(Instant::now);
                 self.building.push(r);
                 self.buffered += 1;
                 self.in_memory += 1;
@@ -184,7 +191,8 @@ impl Sender {
                     self.seal();
                 }
             }
-            Some(Command::Flush) => {}
+            // Whatever is held goes with the next send, not after its linger.
+            Some(Command::Flush) => self.flushing = !self.building.is_empty(),
             Some(Command::Finish(status, reply)) => {
                 self.flush_archive();
                 self.finish = Some((status, Some(reply)));
@@ -296,6 +304,26 @@ impl Sender {
         }
         if self.building.is_empty() {
             self.building_bytes = 0;
+            self.building_since = None;
+        }
+        self.flushing = false;
+    }
+
+    /// When `building` is to be sealed though it is not full: `None` when it is empty.
+    /// Records wait up to `options.linger` for company, unless a flush or the run's end
+    /// asked for everything now.
+    fn seal_at(&self) -> Option<Instant> {
+        let since = self.building_since?;
+        if self.flushing || self.finish.is_some() || !self.queue_open {
+            return Some(since);
+        }
+        Some(since + self.options.linger)
+    }
+
+    /// Seals `building` if its oldest record waited long enough (see [`Sender::seal_at`]).
+    fn seal_due(&mut self) {
+        if self.seal_at().is_some_and(|at| at <= Instant::now()) {
+            self.seal();
         }
     }
 
@@ -554,11 +582,11 @@ impl Sender {
                     return lost(e.to_string(), progressed);
                 }
             }
-            // New records go out at once, whatever is in flight: the hub stores a batch
-            // while it reads the next, and acknowledges several at a time. At a few records
-            // a second each is its own batch; at many, a batch holds what came since the
-            // last tick (`POLL`), or `max_batch`.
-            self.seal();
+            // New records go out after their linger, whatever is in flight: the hub stores a
+            // batch while it reads the next, and acknowledges several at a time. At a few
+            // records a second each is its own batch; at many, a batch holds what came
+            // within the linger, or `max_batch`.
+            self.seal_due();
             self.refill();
             let mut wrote = false;
             for b in self.pending.iter() {
@@ -596,6 +624,7 @@ impl Sender {
             }
 
             let beat_at = last_send + self.options.heartbeat;
+            let seal_at = self.seal_at();
             let busy = std::mem::take(&mut self.taken) >= BUSY_TICK;
             let queue = self.queue.clone();
             tokio::select! {
@@ -630,6 +659,7 @@ impl Sender {
                     Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), progressed),
                     Err(e) => return lost(e, progressed),
                 },
+                _ = sleep_until(seal_at.unwrap_or(beat_at)), if seal_at.is_some() => {}
                 _ = sleep_until(beat_at) => {
                     let beat = ToHub::Heartbeat(Heartbeat { wall_time: unix_now() });
                     if let Err(e) = sink.send(binary(beat)).await {

@@ -36,6 +36,7 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
         .args(["--fleet-rate", &args.fleet_rate.to_string()])
         .args(["--fleet-metrics", &args.fleet_metrics.to_string()])
         .args(["--fleet-seconds", &seconds.to_string()])
+        .args(["--fleet-linger-ms", &args.fleet_linger_ms.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()?;
@@ -228,8 +229,9 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
 pub fn collectors(hub: &str, args: &Args) -> Result<()> {
     let collectors: Vec<Collector> = (0..args.fleet_runs)
         .map(|r| {
-            let mut run =
-                Collector::start(Options::new(&pick(hub, r), "fleet", &format!("run-{r}")))?;
+            let mut options = Options::new(&pick(hub, r), "fleet", &format!("run-{r}"));
+            options.linger = Duration::from_secs_f64(args.fleet_linger_ms.max(0.0) / 1e3);
+            let mut run = Collector::start(options)?;
             run.set_finish_timeout(Duration::from_secs(120));
             run.log(-1, &values_of(0, args.fleet_metrics));
             run.flush();

@@ -62,6 +62,9 @@ struct Args {
     /// Seconds the fleet test runs (unless soaking).
     #[arg(long, default_value_t = 30.0)]
     fleet_seconds: f64,
+    /// The fleet collectors' linger (see the collector's `Options::linger`), milliseconds.
+    #[arg(long, default_value_t = stepstream_collector::DEFAULT_LINGER.as_secs_f64() * 1e3)]
+    fleet_linger_ms: f64,
     /// Run the fleet this many minutes instead, sampling the hub's memory.
     #[arg(long)]
     soak_minutes: Option<f64>,
