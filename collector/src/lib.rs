@@ -483,7 +483,7 @@ impl Collector {
     }
 
     /// Records the hub has acknowledged (stored) so far. The hub acknowledges within about
-    /// 50 ms of storing, several batches at a time.
+    /// 200 ms of storing, several batches at a time.
     pub fn acknowledged(&self) -> u64 {
         self.stats.acked.load(Ordering::Relaxed)
     }
