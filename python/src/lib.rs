@@ -216,7 +216,8 @@ impl Run {
     #[pyo3(signature = (hub, project, name, *, config_json = "{}".to_string(), run_id = None,
         token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
         flush_every = 10, defer_every = 10, system_interval = None, memory_records = 500_000,
-        spool_dir = None, job = None, framework = String::new(), ca_file = None))]
+        spool_dir = None, job = None, framework = String::new(), ca_file = None,
+        linger_ms = 20.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         hub: &str,
@@ -237,8 +238,17 @@ impl Run {
         job: Option<String>,
         framework: String,
         ca_file: Option<std::path::PathBuf>,
+        linger_ms: f64,
     ) -> PyResult<Self> {
         let mut o = Options::new(hub, project, name);
+        o.linger = Duration::try_from_secs_f64(linger_ms / 1e3)
+            .ok()
+            .filter(|d| *d <= Duration::from_secs(60))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "linger_ms must be milliseconds from 0 to 60000, not {linger_ms}"
+                ))
+            })?;
         o.config_json = config_json;
         o.run_id = run_id
             .map(RunId::new)

@@ -184,6 +184,7 @@ def init(
     job: Optional[str] = None,
     framework: str = "",
     ca_file: Optional[str] = None,
+    linger_ms: float = 20.0,
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 
@@ -201,6 +202,9 @@ def init(
     framework: what trains the model (``mindspore``, ``pytorch``...), shown in the run panel.
     ca_file: for a ``wss://`` hub with a private CA: its PEM certificate(s), trusted besides
         the public roots (default ``$STEPSTREAM_CA_FILE``).
+    linger_ms: how long a record may wait for others to share its batch (0 to 60000; a full
+        batch, ``run.flush()`` and ``finish`` send at once). At many steps a second the hub
+        does far less work per record; 0 sends each record as it is logged.
     """
     rank, world_size, _local = detect_rank()
     if rank != 0 and not all_ranks:
@@ -239,6 +243,7 @@ def init(
         job=job,
         framework=framework,
         ca_file=ca_file or os.environ.get("STEPSTREAM_CA_FILE"),
+        linger_ms=linger_ms,
     )
     run = Run(native, rank, world_size)
     run.hub = hub

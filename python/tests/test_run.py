@@ -81,6 +81,26 @@ def test_bad_values_are_clear_errors():
     run.finish(timeout=0.1)
 
 
+def test_linger_waits_for_company_unless_flushed_and_bad_values_are_refused(hub):
+    for bad in (-1.0, float("nan"), float("inf"), 60_001.0):
+        with pytest.raises(ValueError, match="linger_ms"):
+            stepstream.init(hub=hub.url, name="bad-linger", archive_dir=None, system_metrics=False,
+                            linger_ms=bad)
+    run = stepstream.init(hub=hub.url, project="py", name="linger", archive_dir=None,
+                          system_metrics=False, linger_ms=60_000)
+    hub.wait("the run to connect", lambda: run.connected)
+    for step in range(5):
+        run.log({"loss": 1.0 / (step + 1)}, step=step)
+    time.sleep(0.5)
+    assert hub.run(run.run_id)["records"] == 0, "records wait for their linger"
+    run.flush()
+    hub.wait("a flush to send what lingers", lambda: hub.run(run.run_id)["records"] == 5, timeout=5)
+    started = time.monotonic()
+    run.log({"loss": 0.1}, step=5)
+    assert run.finish(timeout=10)["delivered"]
+    assert time.monotonic() - started < 5, "finish does not wait for the linger"
+
+
 def test_hub_down_at_start_then_up_gets_every_step(make_hub, tmp_path):
     hub = make_hub(start=False)
     run = stepstream.init(hub=hub.url, name="early", archive_dir=str(tmp_path), system_metrics=False,
