@@ -3,8 +3,11 @@
 //!
 //! A batch goes through in two halves, so a collector's connection can hand the store its
 //! next batch while the previous one commits: [`Hub::submit`] checks it against the tail
-//! the batches before it leave and hands it to the store's writer; [`Hub::settle`] takes
-//! the store's answer, and only then is the batch in the run's tail, published and judged.
+//! the batches before it leave, hands it to the store's writer and (a lone hub) publishes it
+//! to the run's viewers; [`Hub::settle`] takes the store's answer, and only then is the batch
+//! in the run's stored tail, acknowledgeable and judged. Viewers meet history and live at
+//! the published tail once it is stored (`Run::subscribe`), so publishing before the commit
+//! costs them nothing exact, and the commit interval does not add to their latency.
 //! The writer stores a run's batches only in `seq` order without a gap (see `store`), so a
 //! batch that failed takes every later batch in flight with it.
 
@@ -14,6 +17,15 @@ use crate::store::{RunTail, StoreError};
 use std::sync::Arc;
 use stepstream_protocol::{unix_now, Batch, MetricId, RunId, StepRecord};
 use tokio::sync::oneshot;
+
+/// Batches published when checked and then not stored are taken back from the run's
+/// published tail, so a new viewer reads its history through what is stored.
+fn take_back(run: &Run, run_id: &RunId) {
+    let taken = run.take_back();
+    if taken > 0 {
+        tracing::warn!(run = %run_id, batches = taken, "batches shown to viewers were not stored; their collector holds them to resend");
+    }
+}
 
 /// What became of a batch.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,6 +43,8 @@ pub struct InFlight {
     run_id: RunId,
     /// The records' encoded size, about.
     bytes: usize,
+    /// Published to viewers when checked (a lone hub), not when settled.
+    published: bool,
     answer: oneshot::Receiver<Result<bool, StoreError>>,
 }
 
@@ -160,18 +174,29 @@ impl Hub {
             .store
             .submit_batch(run.key, seq, records.clone(), tail.clone())
             .await?;
+        // Alone, a hub publishes a batch once it is checked and handed to the store, so a
+        // viewer does not wait for the commit: the collector holds the batch until its
+        // acknowledgement, which still waits for the commit, and resends it if the commit
+        // fails. In a cluster another hub may store this number first: there it waits.
+        let published = !self.clustered();
+        if published {
+            run.state_mut(|st| st.published = seq);
+            publish_batch(run, run_id.clone(), seq, &records);
+        }
         Ok(Submitted::InFlight(InFlight {
             seq,
             records,
             tail,
             run_id,
             bytes,
+            published,
             answer,
         }))
     }
 
     /// Takes the store's answer for a batch: a stored batch becomes the run's tail and goes
-    /// to its viewers and its alert rules. Batches are settled in the order submitted.
+    /// to its alert rules (and to its viewers, if it did not when checked); one that was not
+    /// stored is taken back. Batches are settled in the order submitted.
     pub async fn settle(
         &self,
         run: &Arc<Run>,
@@ -183,21 +208,34 @@ impl Hub {
             records,
             tail,
             run_id,
+            published,
             ..
         } = batch;
-        if !answer? {
+        let stored = match answer {
+            Ok(stored) => stored,
+            Err(e) => {
+                take_back(run, &run_id);
+                return Err(e.into());
+            }
+        };
+        if !stored {
             // Another hub of a cluster stored this sequence number first (this hub's view
             // of the run was behind): judge it as the resend it is.
-            return self.resent(run, seq, &records, &run_id).await;
+            let resent = self.resent(run, seq, &records, &run_id).await;
+            if resent.is_err() {
+                take_back(run, &run_id);
+            }
+            return resent;
         }
         self.tell_batch(&run_id, seq, &records);
         let now = unix_now();
-        let (revived, resolved) = run.state_mut(|st| {
-            st.tail = tail;
+        let (revived, resolved) = run.store_tail(tail, |st| {
             st.dirty = true;
             heard_from(st, &self.rules, now)
         });
-        publish_batch(run, run_id, seq, &records);
+        if !published {
+            publish_batch(run, run_id, seq, &records);
+        }
         if revived {
             self.judge(Job::Revived {
                 run: run.clone(),

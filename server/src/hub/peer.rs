@@ -208,8 +208,8 @@ impl Hub {
     /// One batch another hub committed, in order (the caller holds the run's ingest lock).
     fn apply_remote_batch(&self, run: &Arc<Run>, seq: u64, records: Vec<StepRecord>) {
         let now = unix_now();
-        let run_id = run.state_mut(|st| {
-            st.tail = st.tail.after(seq, &records);
+        let tail = run.state(|st| st.tail.after(seq, &records));
+        let run_id = run.store_tail(tail, |st| {
             st.last_activity = now;
             st.dirty = true;
             st.identity.run_id.clone()

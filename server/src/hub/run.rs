@@ -28,6 +28,9 @@ pub struct RunState {
     /// Hub clock, unix seconds, of the last frame from the run's collector.
     pub last_activity: f64,
     pub tail: RunTail,
+    /// The newest batch published to viewers: the stored tail's, or above it while batches a
+    /// lone hub published once checked wait for their commit.
+    pub(super) published: u64,
     /// Sorted by id.
     pub metrics: Vec<MetricDef>,
     /// Changed since the last run-list update was published.
@@ -47,6 +50,7 @@ impl RunState {
             status: RunStatus::Running,
             status_message: None,
             last_activity: 0.0,
+            published: tail.last_seq,
             tail,
             metrics,
             dirty: true,
@@ -118,6 +122,9 @@ pub struct Run {
     /// half-open old socket) cannot interleave a check and a write.
     pub(super) ingest: tokio::sync::Mutex<()>,
     pub(super) state: Mutex<RunState>,
+    /// Told whenever the stored tail moves or published batches are taken back: what a new
+    /// subscriber waits on before it reads history (see [`Run::subscribe`]).
+    pub(super) settled: tokio::sync::watch::Sender<()>,
 }
 
 impl Run {
@@ -127,7 +134,63 @@ impl Run {
             live: broadcast::channel(super::LIVE_CAPACITY).0,
             ingest: tokio::sync::Mutex::new(()),
             state: Mutex::new(state),
+            settled: tokio::sync::watch::Sender::new(()),
         }
+    }
+
+    /// Subscribes to the run's live events, and returns the sequence number its history is
+    /// to be read through from the store: every batch through it is stored, every later one
+    /// comes on the channel. A batch is published before its commit (see `append.rs`), so
+    /// this waits for the commit of those published and not yet stored: a commit interval at
+    /// most.
+    pub async fn subscribe(&self) -> (broadcast::Receiver<LiveEvent>, u64) {
+        let live = self.live.subscribe();
+        let through = self.settled_through().await;
+        (live, through)
+    }
+
+    /// The newest published batch once it is stored; the stored tail instead if the batches
+    /// above it were taken back (their commit failed: their collector still holds them).
+    /// Published batches after it are on any channel subscribed before the call.
+    pub async fn settled_through(&self) -> u64 {
+        let published = self.state(|st| st.published);
+        let mut settled = self.settled.subscribe();
+        loop {
+            let (stored, now_published) = self.state(|st| (st.tail.last_seq, st.published));
+            if stored >= published {
+                return published;
+            }
+            if now_published < published || settled.changed().await.is_err() {
+                return stored;
+            }
+        }
+    }
+
+    /// Moves the stored tail (a batch committed, or one another hub committed) and wakes the
+    /// subscribers waiting for it; `f` runs under the same lock.
+    pub(super) fn store_tail<T>(&self, tail: RunTail, f: impl FnOnce(&mut RunState) -> T) -> T {
+        let out = self.state_mut(|st| {
+            st.published = st.published.max(tail.last_seq);
+            st.tail = tail;
+            f(st)
+        });
+        self.settled.send_replace(());
+        out
+    }
+
+    /// Takes back what was published above the stored tail (its commit failed); returns the
+    /// batches taken back. Viewers keep what they were sent: the collector holds those batches
+    /// unacknowledged and resends them, the same records under the same numbers.
+    pub(super) fn take_back(&self) -> u64 {
+        let taken = self.state_mut(|st| {
+            let taken = st.published.saturating_sub(st.tail.last_seq);
+            st.published = st.tail.last_seq;
+            taken
+        });
+        if taken > 0 {
+            self.settled.send_replace(());
+        }
+        taken
     }
 
     /// Reads the state. A panic elsewhere while the lock was held does not make the run

@@ -283,8 +283,15 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
             Submitted::Duplicate => panic!("batch {seq} is new"),
         }
     }
-    // Nothing settled yet: the run's tail has not moved, and nobody saw a batch.
+    // Nothing settled yet: the run's tail has not moved, but its viewers saw each batch
+    // once it was checked, in order (a lone hub does not make them wait for the commit).
     assert_eq!(run.state(|st| st.tail.last_seq), 0);
+    for seq in 1..=5u64 {
+        match live.try_recv().unwrap() {
+            LiveEvent::Batch { seq: got, .. } => assert_eq!(got, seq),
+            other => panic!("expected batch {seq}, got {other:?}"),
+        }
+    }
     assert!(live.try_recv().is_err());
     // A batch that skips one is refused against the tail in flight, not the settled one.
     assert!(matches!(
@@ -301,12 +308,8 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
         (tail.last_seq, tail.records, tail.last_step),
         (5, 5, Some(5))
     );
-    for seq in 1..=5u64 {
-        match live.try_recv().unwrap() {
-            LiveEvent::Batch { seq: got, .. } => assert_eq!(got, seq),
-            other => panic!("expected batch {seq}, got {other:?}"),
-        }
-    }
+    // Settling publishes nothing twice.
+    assert!(live.try_recv().is_err());
     // What the store holds is what the tail says, and a resend is recognised.
     assert!(matches!(
         hub.submit(&run, Some(&tail), batch(3, vec![(MetricId(0), 3.0)]))
@@ -314,4 +317,87 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
             .unwrap(),
         Submitted::Duplicate
     ));
+}
+
+/// Batches are published when checked, before their commit: a viewer subscribing meanwhile
+/// reads its history through the published tail only once the store holds it, so no batch
+/// falls between history and live; a batch whose commit failed is taken back, and a
+/// subscriber then reads through what is stored.
+#[tokio::test]
+async fn a_subscriber_meets_published_batches_at_their_commit_and_failed_ones_are_taken_back() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+    hub.define_metrics(&run, vec![def(0, "loss")])
+        .await
+        .unwrap();
+    hub.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
+        .await
+        .unwrap();
+    let _lock = run.lock_ingest().await;
+    let mut base = run.state(|st| st.tail.clone());
+    let mut in_flight = std::collections::VecDeque::new();
+    for seq in 2..=4u64 {
+        let Submitted::InFlight(b) = hub
+            .submit(&run, Some(&base), batch(seq, vec![(MetricId(0), 0.0)]))
+            .await
+            .unwrap()
+        else {
+            panic!("batch {seq} is new")
+        };
+        base = b.tail().clone();
+        in_flight.push_back(b);
+    }
+    // Published through 4, stored through 1 (as far as the hub has settled): a subscriber
+    // waits, whatever the store's writer has done meanwhile.
+    let subscriber = tokio::spawn({
+        let run = run.clone();
+        async move { run.subscribe().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !subscriber.is_finished(),
+        "history read before it was stored"
+    );
+    let mut b2 = in_flight.pop_front().unwrap();
+    let answer = b2.answer().await;
+    hub.settle(&run, b2, answer).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !subscriber.is_finished(),
+        "waits for every batch it was not sent"
+    );
+    for mut b in in_flight.drain(..) {
+        let answer = b.answer().await;
+        hub.settle(&run, b, answer).await.unwrap();
+    }
+    let (mut live, through) = subscriber.await.unwrap();
+    assert_eq!(through, 4);
+    assert!(live.try_recv().is_err(), "nothing through 4 comes live");
+
+    // Batch 5 is published, then its commit fails: a new subscriber reads through 4 and gets
+    // the resend live; the first one got 5 when it was checked.
+    let Submitted::InFlight(b5) = hub
+        .submit(&run, Some(&base), batch(5, vec![(MetricId(0), 5.0)]))
+        .await
+        .unwrap()
+    else {
+        panic!("batch 5 is new")
+    };
+    assert!(matches!(
+        live.try_recv(),
+        Ok(LiveEvent::Batch { seq: 5, .. })
+    ));
+    let late = tokio::spawn({
+        let run = run.clone();
+        async move { run.subscribe().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!late.is_finished());
+    assert!(hub
+        .settle(&run, b5, Err(crate::store::StoreError::WriterGone))
+        .await
+        .is_err());
+    let (_late_live, late_through) = late.await.unwrap();
+    assert_eq!(late_through, 4, "what failed to commit is not history");
+    assert_eq!(run.state(|st| (st.tail.last_seq, st.published)), (4, 4));
 }

@@ -1,10 +1,10 @@
 //! The viewer WebSocket: the run list, then for each subscribed run its history and its live
 //! points, exactly once each.
 //!
-//! Per subscription a task first subscribes to the run's live channel, then reads the run's
-//! last stored sequence number `S` and sends the history through `S` from the store, then
-//! forwards live batches with `seq > S`. Every batch is published after it is stored, so no
-//! batch falls between the two and none is sent twice. Each viewer has one outgoing queue,
+//! Per subscription a task first subscribes to the run's live channel, then takes the run's
+//! last published sequence number `S` once the store holds it (`Run::subscribe`), sends the
+//! history through `S` from the store, then forwards live batches with `seq > S`: no batch
+//! falls between the two and none is sent twice. Each viewer has one outgoing queue,
 //! bounded in frames and in bytes; when it is full the subscription task waits, its live
 //! channel lags, and it then sends a [`Resync`] and the missed batches from the store. History
 //! is read in pages, each read finished before its frames are queued: a slow viewer costs
@@ -276,14 +276,13 @@ fn error(code: ErrorCode, message: &str, fatal: bool) -> Bytes {
 /// Sends a run's history then its live stream to one viewer, until aborted or the viewer
 /// goes away.
 async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
-    let mut live = run.live.subscribe();
-    let (run_id, defs, status, message, through) = run.state(|st| {
+    let (mut live, through) = run.subscribe().await;
+    let (run_id, defs, status, message) = run.state(|st| {
         (
             st.identity.run_id.clone(),
             st.metrics.clone(),
             st.status,
             st.status_message.clone(),
-            st.tail.last_seq,
         )
     });
     let defs = filter.learn(&defs);
@@ -361,7 +360,8 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             Ok(LiveEvent::Alert(alert)) => out.send(frame(ToViewer::Alert(alert))).await,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(run = %run_id, missed, after_seq = last, "viewer lagged; resynchronising from storage");
-                let (defs, through) = run.state(|st| (st.metrics.clone(), st.tail.last_seq));
+                let through = run.settled_through().await;
+                let defs = run.state(|st| st.metrics.clone());
                 let metrics = filter.learn(&defs);
                 let notices = [
                     ToViewer::Resync(Resync {
@@ -385,7 +385,9 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
                 {
                     return;
                 }
-                last = through;
+                // Above `through` only if batches sent were then taken back: their resends
+                // are the same records, and the viewer has them.
+                last = last.max(through);
                 Ok(())
             }
             Err(broadcast::error::RecvError::Closed) => return,
