@@ -665,3 +665,90 @@ fn a_straggling_rank_is_flagged_and_the_others_are_not() {
         }
     }
 }
+
+/// With many busy runs the hub commits at most once per `--commit-interval`, yet viewers do
+/// not wait for it: a batch is published once checked. A viewer subscribing while batches
+/// wait for their commit still gets every point exactly once.
+#[test]
+fn viewers_get_batches_before_their_commit_and_every_point_once() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    const STEPS: i64 = 300;
+    let hub = Hub::start(&["--commit-interval", "1000"]);
+    // Sixteen runs sending a batch each every ~20 ms: soon one commit holds batches of four
+    // or more, and from then on the writer commits once a second.
+    let runs: Vec<Collector> = (0..16)
+        .map(|i| Collector::start(Options::new(&hub.ws(), "tests", &format!("c{i}"))).unwrap())
+        .collect();
+    for run in &runs {
+        assert!(run.wait_welcome(Duration::from_secs(10)).is_some());
+    }
+    let watched = runs[0].run_id().clone();
+    let mut early = Viewer::connect(&hub);
+    early.subscribe(std::slice::from_ref(&watched), None);
+    assert!(early.pump(Duration::from_secs(10), |v| v
+        .runs
+        .get(&watched)
+        .is_some_and(|s| s.backfill_done)));
+    let logged: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+    let writers: Vec<_> = runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let logged = logged.clone();
+            std::thread::spawn(move || {
+                for step in 0..STEPS {
+                    if i == 0 {
+                        logged.lock().unwrap().insert(step, Instant::now());
+                    }
+                    run.log(step, &[("loss", 1.0 / (1.0 + step as f64))]);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                run.finish(Outcome::Finished)
+            })
+        })
+        .collect();
+    // Half-way through, a second viewer subscribes: batches are then published and not all
+    // stored.
+    let mut late = None;
+    let mut arrived: HashMap<i64, Instant> = HashMap::new();
+    let all = early.pump(Duration::from_secs(60), |v| {
+        let seen = &v.runs[&watched];
+        if let Some(points) = seen.points.get("loss") {
+            for &step in points.keys() {
+                arrived.entry(step).or_insert_with(Instant::now);
+            }
+        }
+        if late.is_none() && seen.count("loss") >= STEPS as usize / 2 {
+            let mut viewer = Viewer::connect(&hub);
+            viewer.subscribe(std::slice::from_ref(&watched), None);
+            late = Some(viewer);
+        }
+        seen.count("loss") == STEPS as usize
+    });
+    for w in writers {
+        assert!(w.join().unwrap().delivered);
+    }
+    assert!(all, "the early viewer got every step");
+    let mut late = late.expect("the late viewer subscribed");
+    assert!(late.pump(Duration::from_secs(30), |v| v
+        .runs
+        .get(&watched)
+        .is_some_and(|s| s.count("loss") == STEPS as usize)));
+    for viewer in [&early, &late] {
+        let seen = &viewer.runs[&watched];
+        assert!(seen.duplicates("loss").is_empty(), "a point came twice");
+        assert_eq!(seen.resyncs, 0);
+    }
+    // Log to arrival: the collector's linger and the hub's work, not a 1 s commit interval.
+    let logged = logged.lock().unwrap();
+    let slowest = (0..STEPS)
+        .map(|s| arrived[&s].saturating_duration_since(logged[&s]))
+        .max()
+        .unwrap();
+    assert!(
+        slowest < Duration::from_millis(600),
+        "a point took {slowest:?} to reach the viewer"
+    );
+}

@@ -39,13 +39,12 @@ use std::time::Duration;
 pub use auth::Auth;
 pub use hub::{Hub, StatusPolicy};
 
-/// `--commit-interval`'s default. A wait saves CPU with many runs and delays only viewers
-/// (collectors send without waiting for acknowledgements). Collectors linger 20 ms before
-/// they send (the collector's `DEFAULT_LINGER`), so a run's batch comes every ~20 ms and
-/// a 10 ms interval finds about half the runs in each commit: with the fleet of 100 runs,
-/// linger 20 ms and 10 ms cost 0.59-0.66x the hub CPU of no linger and 20 ms, at a p99 to
-/// viewers of ~38 ms (README, "Storage"). Fewer than four busy runs never wait.
-pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+/// `--commit-interval`'s default. A wait saves CPU with many runs and delays no one who
+/// watches: collectors send without waiting for acknowledgements, and a lone hub publishes
+/// a batch to viewers once checked, before its commit (`hub/append.rs`). With the fleet of
+/// 100 runs (collectors linger 20 ms), 100 ms cost 0.77-0.88x the hub CPU of 10 ms, at a p99
+/// to viewers of ~27 ms (README, "Storage"). Fewer than four busy runs never wait.
+pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Everything `stepstream serve` needs to know.
 #[derive(Clone, Debug)]
