@@ -37,8 +37,10 @@ use tokio::sync::oneshot;
 
 pub use stepstream_protocol::RunId as Id;
 
-/// [`Options::linger`]'s default.
-pub const DEFAULT_LINGER: Duration = Duration::from_millis(20);
+/// [`Options::linger`]'s default. With the hub publishing batches before their commit, the
+/// fleet of 100 runs at 100 steps/s cost the hub 0.78x the CPU of 20 ms at 30 ms (p99 to
+/// viewers 36.5 ms, from 26.7 ms); 40 ms saved little more and left a p99 of 46 ms.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(30);
 
 /// How a collector connects and what run it reports.
 #[derive(Clone, Debug)]
@@ -65,7 +67,7 @@ pub struct Options {
     /// Most records per batch.
     pub max_batch: usize,
     /// How long a record may wait for others to share its batch (Kafka's `linger.ms`): at
-    /// 100 steps a second 20 ms puts two or three records in a frame, and most of a hub's
+    /// 100 steps a second 30 ms puts three or four records in a frame, and most of a hub's
     /// work is per frame. A flush, a full batch and the run's end send at once.
     pub linger: Duration,
     /// Sent when nothing else was sent for this long.

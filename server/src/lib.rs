@@ -42,8 +42,8 @@ pub use hub::{Hub, StatusPolicy};
 /// `--commit-interval`'s default. A wait saves CPU with many runs and delays no one who
 /// watches: collectors send without waiting for acknowledgements, and a lone hub publishes
 /// a batch to viewers once checked, before its commit (`hub/append.rs`). With the fleet of
-/// 100 runs (collectors linger 20 ms), 100 ms cost 0.77-0.88x the hub CPU of 10 ms, at a p99
-/// to viewers of ~27 ms (README, "Storage"). Fewer than four busy runs never wait.
+/// 100 runs (collectors then lingering 20 ms), 100 ms cost 0.77-0.88x the hub CPU of 10 ms, at
+/// a p99 to viewers of ~27 ms (README, "Storage"). Fewer than four busy runs never wait.
 pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Everything `stepstream serve` needs to know.
