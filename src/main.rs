@@ -120,8 +120,9 @@ struct ServeArgs {
     /// While the collectors of four or more runs are busy, milliseconds between the starts of
     /// two database commits, at most (0: commit at once). The batches of every run that
     /// arrive meanwhile share one commit: with many runs this costs the hub far less CPU and
-    /// disk, for up to this much more before a record is shown (collectors do not wait for
-    /// it). Fewer busy runs never wait.
+    /// disk, for up to this much more before a record is acknowledged (collectors do not
+    /// wait for that, and a lone hub shows a batch to viewers before its commit; in a
+    /// cluster the other hubs' viewers see it after). Fewer busy runs never wait.
     #[arg(long, default_value_t = stepstream_server::DEFAULT_COMMIT_INTERVAL.as_secs_f64() * 1e3)]
     commit_interval: f64,
     /// Alert rules and notification channels (TOML; see README). Without it the default

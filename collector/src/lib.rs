@@ -37,10 +37,12 @@ use tokio::sync::oneshot;
 
 pub use stepstream_protocol::RunId as Id;
 
-/// [`Options::linger`]'s default. With the hub publishing batches before their commit, the
-/// fleet of 100 runs at 100 steps/s cost the hub 0.78x the CPU of 20 ms at 30 ms (p99 to
-/// viewers 36.5 ms, from 26.7 ms); 40 ms saved little more and left a p99 of 46 ms.
-pub const DEFAULT_LINGER: Duration = Duration::from_millis(30);
+/// [`Options::linger`]'s default. Batches are sealed on ticks of the wall clock (see
+/// `sender::linger_until`), so collectors that share a clock send together. With the hub's
+/// 500 ms commit interval, the fleet of 100 runs at 100 steps/s cost the hub 7.2-8.0% of a
+/// core at 40 ms (p99 to viewers 41-45 ms) against 9.6-10.1% at 35 ms (p99 38-39 ms),
+/// measured alternately in one session (`stepstream-loadgen --fleet-only --fleet-linger-ms`).
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(40);
 
 /// How a collector connects and what run it reports.
 #[derive(Clone, Debug)]
@@ -67,8 +69,8 @@ pub struct Options {
     /// Most records per batch.
     pub max_batch: usize,
     /// How long a record may wait for others to share its batch (Kafka's `linger.ms`): at
-    /// 100 steps a second 30 ms puts three or four records in a frame, and most of a hub's
-    /// work is per frame. A flush, a full batch and the run's end send at once.
+    /// 100 steps a second 40 ms puts four records in a frame, and most of a hub's work is
+    /// per frame. A batch is sealed at the next multiple of the linger on the wall clock. A flush, a full batch and the run's end send at once.
     pub linger: Duration,
     /// Sent when nothing else was sent for this long.
     pub heartbeat: Duration,

@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::Message;
 /// Batches sent and not yet acknowledged, at most. The hub acknowledges at the latest when
 /// half of them wait (or within its acknowledgement delay), so a busy sender never waits
 /// for room.
-const WINDOW: u64 = 32;
+const WINDOW: u64 = 64;
 /// Records held in all (memory and spool), at most; beyond it the sender stops taking from
 /// the queue, and `log` drops (and counts) once that fills too.
 const MAX_BUFFERED: usize = 100_000_000;
@@ -47,8 +47,9 @@ pub(crate) struct Sender {
     building: Vec<StepRecord>,
     /// Encoded size of `building`, at most (see [`limits::record_bytes`]).
     building_bytes: usize,
-    /// When the oldest record in `building` arrived: it is sealed `options.linger` later.
-    building_since: Option<Instant>,
+    /// When `building` is sealed unless it fills first: the first tick of the wall clock in
+    /// multiples of `options.linger` after its oldest record arrived (see [`linger_until`]).
+    building_due: Option<Instant>,
     /// A flush asked for what is held to go now.
     flushing: bool,
     /// Random per process: the hub tells this writer from a second one on the same run.
@@ -115,7 +116,7 @@ impl Sender {
             metrics: MetricTable::default(),
             building: Vec::new(),
             building_bytes: 0,
-            building_since: None,
+            building_due: None,
             flushing: false,
             writer: crate::random_u64(),
             queue,
@@ -178,7 +179,9 @@ impl Sender {
                     self.archive_row(&r);
                 }
                 self.building_bytes += limits::record_bytes(r.values.len());
-                self.building_since.get_or_insert_with(Instant::now);
+                let linger = self.options.linger;
+                self.building_due
+                    .get_or_insert_with(|| linger_until(linger));
                 self.building.push(r);
                 self.buffered += 1;
                 self.in_memory += 1;
@@ -304,7 +307,7 @@ impl Sender {
         }
         if self.building.is_empty() {
             self.building_bytes = 0;
-            self.building_since = None;
+            self.building_due = None;
         }
         self.flushing = false;
     }
@@ -313,14 +316,14 @@ impl Sender {
     /// Records wait up to `options.linger` for company, unless a flush or the run's end
     /// asked for everything now.
     fn seal_at(&self) -> Option<Instant> {
-        let since = self.building_since?;
+        let due = self.building_due?;
         if self.flushing || self.finish.is_some() || !self.queue_open {
-            return Some(since);
+            return Some(due.min(Instant::now()));
         }
-        Some(since + self.options.linger)
+        Some(due)
     }
 
-    /// Seals `building` if its oldest record waited long enough (see [`Sender::seal_at`]).
+    /// Seals `building` if its due time came (see [`Sender::seal_at`]).
     fn seal_due(&mut self) {
         if self.seal_at().is_some_and(|at| at <= Instant::now()) {
             self.seal();
@@ -691,5 +694,59 @@ async fn next_from_hub(
             }
             Some(Ok(_)) => continue,
         }
+    }
+}
+
+/// When a batch begun now is sealed: at the next multiple of `linger` on the wall clock
+/// (Unix time), so at most `linger` from now and on average half of it. Collectors that
+/// share a clock (the ranks of a host, the jobs of a cluster with NTP) then send together,
+/// and a hub with a hundred runs wakes for them once per tick instead of once per frame:
+/// like the kernel's `round_jiffies` for timers that need not be exact.
+fn linger_until(linger: Duration) -> Instant {
+    let period = linger.as_micros();
+    if period == 0 {
+        return Instant::now();
+    }
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
+    let wait = period - since_epoch % period;
+    Instant::now() + Duration::from_micros(wait as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch waits at most the linger, and batches begun within one tick of the wall clock
+    /// are sealed together at its end.
+    #[test]
+    fn linger_ends_on_the_next_tick_of_the_wall_clock() {
+        let linger = Duration::from_millis(40);
+        // A preempted test thread may misread the clocks now and then: most must be on a tick
+        // (unaligned deadlines would be within 2 ms of one about a tenth of the time).
+        let mut on_tick = 0;
+        for _ in 0..50 {
+            let before = Instant::now();
+            let due = linger_until(linger);
+            let after_system = std::time::SystemTime::now();
+            let took = before.elapsed();
+            let wait = due.saturating_duration_since(before);
+            assert!(wait <= linger + took, "waits {wait:?}");
+            // The due instant, on the wall clock, is a multiple of the linger.
+            let due_system = after_system + due.saturating_duration_since(Instant::now());
+            let micros = due_system
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros();
+            let off = micros % linger.as_micros();
+            let off = off.min(linger.as_micros() - off);
+            on_tick += usize::from(off < 2_000);
+            std::thread::sleep(Duration::from_micros(3_700));
+        }
+        assert!(on_tick >= 40, "{on_tick} of 50 deadlines on a tick");
+        let now = Instant::now();
+        assert!(linger_until(Duration::ZERO) <= Instant::now().max(now));
     }
 }

@@ -217,7 +217,7 @@ impl Run {
         token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
         flush_every = 10, defer_every = 10, system_interval = None, memory_records = 500_000,
         spool_dir = None, job = None, framework = String::new(), ca_file = None,
-        linger_ms = 30.0))]
+        linger_ms = 40.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         hub: &str,

@@ -184,7 +184,7 @@ def init(
     job: Optional[str] = None,
     framework: str = "",
     ca_file: Optional[str] = None,
-    linger_ms: float = 30.0,
+    linger_ms: float = 40.0,
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 

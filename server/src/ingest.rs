@@ -279,7 +279,7 @@ const MAX_IN_FLIGHT: usize = 64;
 /// a third of its sends: 33,276 in 10 s of the fleet; at 200 ms, 21,878). It bounds how long
 /// a collector holds what is stored, and how long `finish` waits for its last batch.
 const ACK_DELAY: Duration = Duration::from_millis(200);
-/// ... or as soon as this many batches wait for it (a collector sends 32 unacknowledged).
+/// ... or as soon as this many batches wait for it (a collector sends 64 unacknowledged).
 const ACK_EVERY: usize = 16;
 /// Their records' encoded size, at most (at least one batch is always let through).
 const MAX_IN_FLIGHT_BYTES: usize = 4 * stepstream_protocol::limits::BATCH_BYTES;

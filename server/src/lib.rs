@@ -40,11 +40,13 @@ pub use auth::Auth;
 pub use hub::{Hub, StatusPolicy};
 
 /// `--commit-interval`'s default. A wait saves CPU with many runs and delays no one who
-/// watches: collectors send without waiting for acknowledgements, and a lone hub publishes
-/// a batch to viewers once checked, before its commit (`hub/append.rs`). With the fleet of
-/// 100 runs (collectors then lingering 20 ms), 100 ms cost 0.77-0.88x the hub CPU of 10 ms, at
-/// a p99 to viewers of ~27 ms (README, "Storage"). Fewer than four busy runs never wait.
-pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// watches: collectors send without waiting for acknowledgements (64 batches may be
+/// unacknowledged), and a lone hub publishes a batch to viewers once checked, before its
+/// commit (`hub/append.rs`). With the fleet of 100 runs (collectors lingering 30 ms), 500 ms
+/// cost ~0.8x the hub CPU of 100 ms at the same p99 to viewers (32-35 ms); 1000 ms saved
+/// little more and filled the collectors' window (p99 81-91 ms). Fewer than four busy runs
+/// never wait.
+pub const DEFAULT_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Everything `stepstream serve` needs to know.
 #[derive(Clone, Debug)]
