@@ -51,13 +51,19 @@ fn second_hub(dir: &tempfile::TempDir) -> (Arc<Hub>, mpsc::Receiver<Job>) {
     )
 }
 
-#[tokio::test]
-async fn acknowledgements_never_wait_for_the_alert_judge() {
-    let (hub, _jobs, _dir) = hub(HubLimits::default());
-    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
+/// Run `r` of project `p`, opened by `writer`, with metric 0 named `loss`.
+async fn run_with_loss(hub: &Hub, writer: u64) -> Arc<Run> {
+    let run = hub.open_run(identity("r", "p"), writer, 1).await.unwrap();
     hub.define_metrics(&run, vec![def(0, "loss")])
         .await
         .unwrap();
+    run
+}
+
+#[tokio::test]
+async fn acknowledgements_never_wait_for_the_alert_judge() {
+    let (hub, _jobs, _dir) = hub(HubLimits::default());
+    let run = run_with_loss(&hub, 1).await;
     // Every record fires or resolves an alert; nobody drains the judge. Appends must still
     // complete: more of them than the judge's channel holds.
     let n = judge::JUDGE_CAPACITY as u64 + 500;
@@ -133,10 +139,7 @@ async fn too_many_metric_definitions_are_refused_before_any_work() {
 #[tokio::test]
 async fn a_second_live_writer_is_refused_and_a_mismatched_resend_detected() {
     let (hub, _jobs, _dir) = hub(HubLimits::default());
-    let run = hub.open_run(identity("r", "p"), 111, 1).await.unwrap();
-    hub.define_metrics(&run, vec![def(0, "loss")])
-        .await
-        .unwrap();
+    let run = run_with_loss(&hub, 111).await;
     hub.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
         .await
         .unwrap();
@@ -258,10 +261,7 @@ async fn a_run_another_hub_just_created_is_found_in_the_shared_store() {
 #[tokio::test]
 async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
     let (hub, _jobs, _dir) = hub(HubLimits::default());
-    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
-    hub.define_metrics(&run, vec![def(0, "loss")])
-        .await
-        .unwrap();
+    let run = run_with_loss(&hub, 1).await;
     let mut live = run.live.subscribe();
     let _lock = run.lock_ingest().await;
     let mut base = run.state(|st| st.tail.clone());
@@ -326,10 +326,7 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
 #[tokio::test]
 async fn a_subscriber_meets_published_batches_at_their_commit_and_failed_ones_are_taken_back() {
     let (hub, _jobs, _dir) = hub(HubLimits::default());
-    let run = hub.open_run(identity("r", "p"), 1, 1).await.unwrap();
-    hub.define_metrics(&run, vec![def(0, "loss")])
-        .await
-        .unwrap();
+    let run = run_with_loss(&hub, 1).await;
     hub.append(&run, batch(1, vec![(MetricId(0), 1.0)]))
         .await
         .unwrap();
