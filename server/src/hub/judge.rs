@@ -5,7 +5,8 @@
 //! status change never sit on the acknowledgement path. When the judge falls a whole
 //! channel behind, a batch goes unjudged (counted and logged), never the ingest slower.
 
-use super::{Hub, LiveEvent, Run, RunState};
+use super::announce::News;
+use super::{Hub, Run, RunState};
 use crate::alerts::Event;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -66,7 +67,7 @@ impl Hub {
         }
     }
 
-    async fn judge_records(&self, run: &Run, records: &[StepRecord], now: f64) {
+    async fn judge_records(&self, run: &Arc<Run>, records: &[StepRecord], now: f64) {
         let others = self.other_ranks_step_times(run);
         let events = run.state_mut(|st| {
             let RunState { rules, metrics, .. } = st;
@@ -107,8 +108,9 @@ impl Hub {
         (!others.is_empty()).then_some(others)
     }
 
-    /// Stores an alert event, shows it to the run's viewers and notifies the channels.
-    pub(super) async fn raise(&self, run: &Run, event: Event) {
+    /// Hands an alert event to the store, to be shown to the run's viewers and notified once
+    /// committed (see `announce.rs`); waits for neither.
+    pub(super) async fn raise(&self, run: &Arc<Run>, event: Event) {
         let (rule, fired, step, value, message) = match event {
             Event::Fired {
                 rule,
@@ -147,12 +149,8 @@ impl Hub {
         } else {
             tracing::info!(run = %run_id, rule, step, "alert resolved");
         }
-        if let Err(e) = self.store.add_alert(run.key, alert.clone()).await {
-            tracing::error!(error = %e, "could not store an alert");
-        }
-        let _ = run.live.send(LiveEvent::Alert(alert.clone()));
-        self.tell_alert(&alert);
-        self.notifier.send(crate::notify::Notice {
+        let written = self.store.add_alert(run.key, alert.clone()).await;
+        let notice = Box::new(crate::notify::Notice {
             link: self
                 .notifier
                 .public_url
@@ -161,36 +159,35 @@ impl Hub {
             run_id: run_id.to_string(),
             project,
             run_name: name,
-            rule: alert.rule,
+            rule: alert.rule.clone(),
             state: if fired { "fired" } else { "resolved" },
             step,
             value,
             message,
             at: alert.at,
         });
+        self.announce(run, Some(written), News::Alert { alert, notice })
+            .await;
     }
 
-    async fn revived(&self, run: &Run, now: f64, resolved: Option<Event>) {
+    async fn revived(&self, run: &Arc<Run>, now: f64, resolved: Option<Event>) {
         let run_id: RunId = run.state(|st| st.identity.run_id.clone());
         tracing::info!(run = %run_id, "stale run is sending again");
         if let Some(e) = resolved {
             self.raise(run, e).await;
         }
-        if let Err(e) = self
+        let written = self
             .store
             .set_status(run.key, RunStatus::Running, None, now)
-            .await
-        {
-            tracing::warn!(error = %e, "could not store a status change");
-        }
+            .await;
         let change = StatusChange {
             run_id,
             status: RunStatus::Running,
             message: None,
             at: now,
         };
-        self.tell_status(&change);
-        self.publish_status(run, change);
+        self.announce(run, Some(written), News::Status(change))
+            .await;
     }
 
     /// Judges staleness and publishes the run-list updates gathered since the last tick.
@@ -231,13 +228,10 @@ impl Hub {
             });
             if let Some((run_id, status, message, alert)) = change {
                 tracing::warn!(run = %run_id, status = status.as_str(), %message, "run status");
-                if let Err(e) = self
+                let written = self
                     .store
                     .set_status(run.key, status, Some(message.clone()), now)
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not store a status change");
-                }
+                    .await;
                 if let Some(e) = alert {
                     self.raise(&run, e).await;
                 }
@@ -247,8 +241,8 @@ impl Hub {
                     message: Some(message),
                     at: now,
                 };
-                self.tell_status(&change);
-                self.publish_status(&run, change);
+                self.announce(&run, Some(written), News::Status(change))
+                    .await;
             }
         }
         self.sweep_updates(now);

@@ -14,6 +14,7 @@
 //! * `peer` — the hub as one of a cluster: telling the other hubs, applying what they
 //!   tell, and the judge leases that make one hub judge each run.
 
+mod announce;
 mod append;
 mod judge;
 mod peer;
@@ -82,6 +83,8 @@ pub struct Hub {
     runs: RwLock<HashMap<RunId, Arc<Run>>>,
     updates: broadcast::Sender<Bytes>,
     judge: mpsc::Sender<Job>,
+    /// Alerts and status changes waiting for their commit to be told (`announce.rs`).
+    announcer: mpsc::Sender<announce::Announcement>,
     /// Jobs the judge could not take (it was a whole channel behind).
     pub unjudged: AtomicU64,
     /// The other hubs, when this one is part of a cluster (see [`Hub::join`]).
@@ -133,6 +136,7 @@ impl Hub {
             })
             .collect();
         let (judge, jobs) = mpsc::channel(judge::JUDGE_CAPACITY);
+        let (announcer, announcements) = mpsc::channel(announce::ANNOUNCER_CAPACITY);
         let hub = Arc::new(Hub {
             store,
             limits,
@@ -142,12 +146,14 @@ impl Hub {
             runs: RwLock::new(runs),
             updates: broadcast::channel(UPDATES_CAPACITY).0,
             judge,
+            announcer,
             unjudged: AtomicU64::new(0),
             cluster: OnceLock::new(),
             judging: Mutex::new(None),
             leases_at: Mutex::new(0.0),
             swept_at: Mutex::new(0.0),
         });
+        tokio::spawn(announce::announce_loop(Arc::downgrade(&hub), announcements));
         (hub, jobs)
     }
 
@@ -454,7 +460,7 @@ impl Hub {
     /// Ends a run with the status its collector reported.
     pub async fn finish(
         &self,
-        run: &Run,
+        run: &Arc<Run>,
         status: RunStatus,
         message: Option<String>,
     ) -> Result<(), StoreError> {
@@ -465,6 +471,8 @@ impl Hub {
         }
         self.store
             .set_status(run.key, status, message.clone(), now)
+            .await?
+            .committed()
             .await?;
         let run_id = run.state_mut(|st| {
             st.status = status;
@@ -479,8 +487,9 @@ impl Hub {
             message,
             at: now,
         };
-        self.tell_status(&change);
-        self.publish_status(run, change);
+        // Through the announcer, after any status change the clock made before.
+        self.announce(run, None, announce::News::Status(change))
+            .await;
         Ok(())
     }
 }

@@ -398,3 +398,82 @@ async fn a_subscriber_meets_published_batches_at_their_commit_and_failed_ones_ar
     assert_eq!(late_through, 4, "what failed to commit is not history");
     assert_eq!(run.state(|st| (st.tail.last_seq, st.published)), (4, 4));
 }
+
+/// The judge hands an alert's write to the store and goes on to the next job: twenty runs
+/// firing at once, while busy runs keep the writer waiting out a 1 s commit interval, are
+/// all announced (after their commit) within a few seconds, not one interval per alert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_judge_never_waits_for_an_alerts_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = crate::store::Location::Sqlite {
+        path: dir.path().join("hub.db"),
+        fsync: false,
+    };
+    let (store, runs) = Store::open_at(&location, Duration::from_secs(1)).unwrap();
+    let policy = StatusPolicy {
+        stale_after: Duration::from_secs(30),
+        fail_after: None,
+    };
+    let hub = Hub::new(
+        store,
+        runs,
+        policy,
+        &Default::default(),
+        HubLimits::default(),
+    );
+    let open = |name: String| {
+        let hub = hub.clone();
+        async move {
+            let run = hub.open_run(identity(&name, "p"), 1, 1).await.unwrap();
+            hub.define_metrics(&run, vec![def(0, "loss")])
+                .await
+                .unwrap();
+            run
+        }
+    };
+    let mut quiet = Vec::new();
+    for r in 0..20 {
+        quiet.push(open(format!("nan{r}")).await);
+    }
+    // Eight busy runs: every transaction holds their batches, so each waits the interval.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut busy = tokio::task::JoinSet::new();
+    for r in 0..8 {
+        let (run, hub, stop) = (open(format!("busy{r}")).await, hub.clone(), stop.clone());
+        busy.spawn(async move {
+            let mut seq = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                seq += 1;
+                hub.append(&run, batch(seq, vec![(MetricId(0), 1.0)]))
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut firing = tokio::task::JoinSet::new();
+    for run in quiet {
+        let mut live = run.live.subscribe();
+        let hub = hub.clone();
+        firing.spawn(async move {
+            hub.append(&run, batch(1, vec![(MetricId(0), f64::NAN)]))
+                .await
+                .unwrap();
+            loop {
+                if let LiveEvent::Alert(a) = live.recv().await.unwrap() {
+                    assert!(a.fired, "{a:?}");
+                    return;
+                }
+            }
+        });
+    }
+    let started = tokio::time::Instant::now();
+    let all = tokio::time::timeout(Duration::from_secs(8), firing.join_all()).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        all.is_ok(),
+        "20 alerts not announced within 8 s of a 1 s commit interval: the judge waits for commits"
+    );
+    println!("20 alerts announced in {:?}", started.elapsed());
+    busy.join_all().await;
+}

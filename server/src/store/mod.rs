@@ -70,6 +70,18 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// A write the writer thread has queued: [`Written::committed`] waits for its commit, which
+/// may be a commit interval away, so who need not wait (the alert judge) hands it on.
+#[must_use = "a write's outcome is known only once committed"]
+pub struct Written<T = ()>(oneshot::Receiver<Result<T>>);
+
+impl<T> Written<T> {
+    /// The outcome of the transaction that held the write.
+    pub async fn committed(self) -> Result<T> {
+        self.0.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
 /// What the store keeps of a run besides its records; loaded at start-up.
 #[derive(Clone, Debug)]
 pub struct StoredRun {
@@ -213,12 +225,25 @@ impl Store {
     }
 
     async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+        self.hand(make)
+            .await?
+            .0
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Queues a command for the writer thread (waiting only for room in its queue); the
+    /// answer comes with the command's commit. Commands are applied in the order handed.
+    async fn hand<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
+    ) -> Result<Written<T>> {
         let (reply, answer) = oneshot::channel();
         self.writer
             .send(make(reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        Ok(Written(answer))
     }
 
     /// Creates the run, or refreshes its identity and marks it running again, for the
@@ -285,14 +310,15 @@ impl Store {
             .map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Hands a status change to the writer; see [`Written`].
     pub async fn set_status(
         &self,
         key: RunKey,
         status: RunStatus,
         message: Option<String>,
         at: f64,
-    ) -> Result<()> {
-        self.call(|reply| Command::SetStatus {
+    ) -> Result<Written> {
+        self.hand(|reply| Command::SetStatus {
             key,
             status,
             message,
@@ -302,8 +328,13 @@ impl Store {
         .await
     }
 
-    pub async fn add_alert(&self, key: RunKey, alert: stepstream_protocol::Alert) -> Result<()> {
-        self.call(|reply| Command::AddAlert { key, alert, reply })
+    /// Hands an alert event to the writer; see [`Written`].
+    pub async fn add_alert(
+        &self,
+        key: RunKey,
+        alert: stepstream_protocol::Alert,
+    ) -> Result<Written> {
+        self.hand(|reply| Command::AddAlert { key, alert, reply })
             .await
     }
 

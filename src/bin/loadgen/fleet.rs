@@ -214,6 +214,13 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
             100.0 * (cpu1 - cpu0) / elapsed,
             (cpu1 - cpu0) * 1e6 / records
         );
+        // Alerts must keep up too: a judge a whole channel behind skips batches.
+        let unjudged: Vec<String> = hub
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| unjudged_batches(h).map_or("?".into(), |n| n.to_string()))
+            .collect();
+        println!("  batches the alert judge skipped: {}", unjudged.join(", "));
         if memory.len() > 2 {
             let samples: Vec<String> = memory
                 .iter()
@@ -268,4 +275,20 @@ pub fn collectors(hub: &str, args: &Args) -> Result<()> {
     }
     println!("unacknowledged {unacked}");
     Ok(())
+}
+
+/// The hub's `stepstream_unjudged_batches_total`, from its `/metrics`.
+fn unjudged_batches(hub: &str) -> Option<u64> {
+    let base = hub
+        .replacen("ws://", "http://", 1)
+        .replacen("wss://", "https://", 1);
+    let text = ureq::get(&format!("{}/metrics", base.trim_end_matches('/')))
+        .timeout(Duration::from_secs(5))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("stepstream_unjudged_batches_total "))
+        .and_then(|n| n.trim().parse().ok())
 }
