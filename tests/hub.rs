@@ -743,12 +743,12 @@ fn viewers_get_batches_before_their_commit_and_every_point_once() {
     }
     // Log to arrival: the collector's linger and the hub's work, not a 1 s commit interval.
     let logged = logged.lock().unwrap();
-    let slowest = (0..STEPS)
-        .map(|s| arrived[&s].saturating_duration_since(logged[&s]))
+    let (slowest, step) = (0..STEPS)
+        .map(|s| (arrived[&s].saturating_duration_since(logged[&s]), s))
         .max()
         .unwrap();
     assert!(
         slowest < Duration::from_millis(600),
-        "a point took {slowest:?} to reach the viewer"
+        "step {step} took {slowest:?} to reach the viewer"
     );
 }

@@ -495,7 +495,9 @@ async fn converse(
                 }
             }
             ToHub::DefineMetrics(defs) => {
-                // Defining takes the run's lock; the batches before it are settled first.
+                // Defining takes the run's lock; the batches before it are settled first,
+                // committed now rather than after the commit interval.
+                hub.store.hurry();
                 pipe.drain(hub).await?;
                 hub.define_metrics(run, defs.metrics)
                     .await
@@ -503,6 +505,7 @@ async fn converse(
             }
             ToHub::Heartbeat(_) => hub.heartbeat(run),
             ToHub::Finish(finish) => {
+                hub.store.hurry();
                 pipe.drain(hub).await?;
                 if !pipe.acknowledge(conn).await {
                     return Ok(());

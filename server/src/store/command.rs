@@ -4,8 +4,8 @@
 //! to apply one command inside its transaction ([`Engine`]).
 
 use super::{Result, RunKey, RunTail, StoreError};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use stepstream_protocol::{MetricDef, RunIdentity, RunStatus, StepRecord};
 use tokio::sync::{mpsc, oneshot};
@@ -98,6 +98,33 @@ pub(super) struct Writer {
     pub interval: Duration,
     /// Transactions committed, counted.
     pub commits: Arc<AtomicU64>,
+    /// Someone waits for a command's commit (see [`Waiting`]).
+    pub waiting: Arc<Waiting>,
+}
+
+/// Commands someone waits on (a collector's hello and metric definitions, a status, an
+/// alert) end the writer's commit interval: they are rare, and a new metric's definition
+/// holds back its run's batches, which viewers wait for. Batches do not wake the writer, so
+/// a busy hub's interval costs no wake-ups.
+#[derive(Default)]
+pub(crate) struct Waiting {
+    flag: AtomicBool,
+    writer: OnceLock<std::thread::Thread>,
+}
+
+impl Waiting {
+    /// A command someone waits on was queued.
+    pub(crate) fn wake(&self) {
+        self.flag.store(true, Ordering::Release);
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
+        }
+    }
+
+    /// Whether one was queued since the last call.
+    fn take(&self) -> bool {
+        self.flag.swap(false, Ordering::AcqRel)
+    }
 }
 
 /// Starts the writer thread that owns `engine`; commands go to the sender returned.
@@ -106,10 +133,12 @@ pub(super) fn spawn_writer<E: Engine + Send + 'static>(
     writer: Writer,
 ) -> mpsc::Sender<Command> {
     let (tx, rx) = mpsc::channel(4096);
-    std::thread::Builder::new()
+    let waiting = writer.waiting.clone();
+    let thread = std::thread::Builder::new()
         .name("stepstream-db-writer".into())
         .spawn(move || writer_loop(engine, rx, writer))
         .expect("spawn the database writer thread");
+    let _ = waiting.writer.set(thread.thread().clone());
     tx
 }
 
@@ -134,7 +163,11 @@ const SIBLINGS: usize = 4;
 /// collectors never wait: their batches commit as they come, as PostgreSQL's
 /// `commit_delay` applies only with `commit_siblings` active.
 fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer: Writer) {
-    let Writer { interval, commits } = writer;
+    let Writer {
+        interval,
+        commits,
+        waiting,
+    } = writer;
     let mut pending = Vec::with_capacity(256);
     let mut last_start = Instant::now();
     let mut last_len = 0;
@@ -144,9 +177,14 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
         pending.push(first);
         if last_runs >= SIBLINGS && last_len < GROUP_MAX {
             let due = last_start + interval;
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep(due - now);
+            // Parked until due, or until a command someone waits on arrives (park may
+            // also return early for no reason: the loop checks again).
+            while !waiting.take() {
+                let now = Instant::now();
+                if now >= due {
+                    break;
+                }
+                std::thread::park_timeout(due - now);
             }
         }
         last_start = Instant::now();

@@ -142,6 +142,8 @@ pub enum Location {
 #[derive(Clone)]
 pub struct Store {
     writer: mpsc::Sender<Command>,
+    /// Cuts the writer's commit interval short for a command someone waits on.
+    waiting: Arc<command::Waiting>,
     reads: Reads,
     /// Transactions the writer committed.
     commits: Arc<AtomicU64>,
@@ -184,9 +186,11 @@ impl Store {
         commit_interval: Duration,
     ) -> Result<(Store, Vec<StoredRun>)> {
         let commits = Arc::new(AtomicU64::new(0));
+        let waiting = Arc::new(command::Waiting::default());
         let settings = command::Writer {
             interval: commit_interval,
             commits: commits.clone(),
+            waiting: waiting.clone(),
         };
         let (writer, reads, runs) = match location {
             Location::Sqlite { path, fsync } => {
@@ -200,6 +204,7 @@ impl Store {
         };
         let store = Store {
             writer,
+            waiting,
             reads,
             commits,
         };
@@ -243,6 +248,7 @@ impl Store {
             .send(make(reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
+        self.waiting.wake();
         Ok(Written(answer))
     }
 
@@ -308,6 +314,13 @@ impl Store {
             .await?
             .await
             .map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Someone waits for the batches already handed over (a connection that must settle
+    /// them before defining a metric or finishing): the writer commits without waiting out
+    /// its interval.
+    pub fn hurry(&self) {
+        self.waiting.wake();
     }
 
     /// Hands a status change to the writer; see [`Written`].
@@ -510,6 +523,66 @@ mod tests {
     use super::*;
 
     use blob::test_record as rec;
+
+    /// A command someone waits on (here a new metric's definition, which holds back its
+    /// run's batches) ends the writer's commit interval instead of waiting it out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_someone_waits_on_cuts_the_commit_interval_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        let interval = Duration::from_secs(3);
+        let (store, _) = Store::open_at(&location, interval).unwrap();
+        let mut keys = Vec::new();
+        for r in 0..8 {
+            let id = test_identity(&format!("r{r}"), "p");
+            keys.push(store.upsert_run(id, 1, 1.0).await.unwrap());
+        }
+        let append_all = |seq: u64| {
+            let mut sent = tokio::task::JoinSet::new();
+            for &key in &keys {
+                let store = store.clone();
+                let records: Arc<[StepRecord]> = vec![rec(seq as i64, 1.0)].into();
+                // Each run's tail before this batch: empty, or its batch 1.
+                let tail = match seq {
+                    1 => RunTail::default(),
+                    _ => RunTail::default().after(1, &[rec(1, 1.0)]),
+                };
+                sent.spawn(async move {
+                    let tail = tail.after(seq, &records);
+                    store.append_batch(key, seq, records, tail).await
+                });
+            }
+            sent
+        };
+        // Eight runs' batches in one transaction: from then on the writer waits its interval.
+        for appended in append_all(1).join_all().await {
+            assert!(appended.unwrap());
+        }
+        let second = append_all(2);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let asked = std::time::Instant::now();
+        store
+            .define_metrics(
+                keys[0],
+                vec![MetricDef {
+                    id: MetricId(0),
+                    name: "loss".into(),
+                }],
+            )
+            .await
+            .unwrap();
+        let waited = asked.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "a metric definition waited {waited:?} of a {interval:?} commit interval"
+        );
+        for appended in second.join_all().await {
+            assert!(appended.unwrap());
+        }
+    }
 
     /// Batches of many runs arriving within one commit interval share a transaction; with
     /// no interval each is committed on its own as it comes.
