@@ -1,0 +1,338 @@
+//! The store against a real SQLite database: commits, the commit interval, reads.
+
+use super::*;
+
+use blob::test_record as rec;
+
+/// A store over a fresh SQLite database committing at most once per `interval` while busy;
+/// the database lives as long as the folder returned.
+fn sqlite_store(interval: Duration) -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let location = Location::Sqlite {
+        path: dir.path().join("hub.db"),
+        fsync: false,
+    };
+    let (store, _) = Store::open_at(&location, interval).unwrap();
+    (store, dir)
+}
+
+/// A command someone waits on (here a new metric's definition, which holds back its
+/// run's batches) ends the writer's commit interval instead of waiting it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_someone_waits_on_cuts_the_commit_interval_short() {
+    let interval = Duration::from_secs(3);
+    let (store, _dir) = sqlite_store(interval);
+    let mut keys = Vec::new();
+    for r in 0..8 {
+        let id = test_identity(&format!("r{r}"), "p");
+        keys.push(store.upsert_run(id, 1, 1.0).await.unwrap());
+    }
+    let append_all = |seq: u64| {
+        let mut sent = tokio::task::JoinSet::new();
+        for &key in &keys {
+            let store = store.clone();
+            let records: Arc<[StepRecord]> = vec![rec(seq as i64, 1.0)].into();
+            // Each run's tail before this batch: empty, or its batch 1.
+            let tail = match seq {
+                1 => RunTail::default(),
+                _ => RunTail::default().after(1, &[rec(1, 1.0)]),
+            };
+            sent.spawn(async move {
+                let tail = tail.after(seq, &records);
+                store.append_batch(key, seq, records, tail).await
+            });
+        }
+        sent
+    };
+    // Eight runs' batches in one transaction: from then on the writer waits its interval.
+    for appended in append_all(1).join_all().await {
+        assert!(appended.unwrap());
+    }
+    let second = append_all(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = std::time::Instant::now();
+    store
+        .define_metrics(
+            keys[0],
+            vec![MetricDef {
+                id: MetricId(0),
+                name: "loss".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "a metric definition waited {waited:?} of a {interval:?} commit interval"
+    );
+    for appended in second.join_all().await {
+        assert!(appended.unwrap());
+    }
+}
+
+/// Batches of many runs arriving within one commit interval share a transaction; with
+/// no interval each is committed on its own as it comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_within_the_commit_interval_share_one_commit() {
+    async fn commits_for_spread_appends(interval: Duration) -> u64 {
+        let (store, _dir) = sqlite_store(interval);
+        let mut opened = tokio::task::JoinSet::new();
+        for r in 0..40 {
+            let store = store.clone();
+            let id = test_identity(&format!("r{r}"), "p");
+            opened.spawn(async move { store.upsert_run(id, 1, 1.0).await });
+        }
+        let keys: Vec<RunKey> = opened
+            .join_all()
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let before = store.commits();
+        // One batch per run, 4 at a time, 2 ms apart: 20 ms in all, as a fleet's runs
+        // send.
+        let mut sent = tokio::task::JoinSet::new();
+        for four in keys.chunks(4) {
+            for &key in four {
+                let store = store.clone();
+                let records: Arc<[StepRecord]> = vec![rec(1, 1.0)].into();
+                sent.spawn(async move {
+                    let tail = RunTail::default().after(1, &records);
+                    store.append_batch(key, 1, records, tail).await
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        while let Some(appended) = sent.join_next().await {
+            assert!(appended.unwrap().unwrap(), "every batch is stored");
+        }
+        store.commits() - before
+    }
+    let shared = commits_for_spread_appends(Duration::from_millis(500)).await;
+    // The first commits hold what arrived before four runs were seen busy at once (one
+    // run, then the rest of the first four); after that one wait takes everything.
+    assert!(shared <= 4, "40 batches in 20 ms took {shared} commits");
+    let alone = commits_for_spread_appends(Duration::ZERO).await;
+    assert!(
+        alone >= 5,
+        "without an interval 40 batches took {alone} commits"
+    );
+}
+
+/// A lone writer's batches are not held back for the interval: each commits as it
+/// comes (ten would take five seconds if each waited).
+#[tokio::test]
+async fn a_lone_writer_does_not_wait_for_the_commit_interval() {
+    let (store, _dir) = sqlite_store(Duration::from_millis(500));
+    let key = store
+        .upsert_run(test_identity("r", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut tail = RunTail::default();
+    for seq in 1..=10u64 {
+        let records: Arc<[StepRecord]> = vec![rec(seq as i64, 1.0)].into();
+        tail = tail.after(seq, &records);
+        store
+            .append_batch(key, seq, records, tail.clone())
+            .await
+            .unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "ten batches took {took:?}"
+    );
+}
+
+/// Batches may be handed to the writer before the earlier ones commit: one whose
+/// predecessor is not stored is refused, whichever transaction it shares, so a failed
+/// batch takes the ones behind it along and the run never has a hole.
+#[tokio::test]
+async fn a_batch_whose_predecessor_is_not_stored_is_refused() {
+    let (store, dir) = sqlite_store(Duration::ZERO);
+    let key = store
+        .upsert_run(test_identity("r", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let tails = |seqs: &[u64]| {
+        let mut tail = RunTail::default();
+        seqs.iter()
+            .map(|&seq| {
+                let records: Arc<[StepRecord]> = vec![rec(seq as i64, seq as f64)].into();
+                tail = tail.after(seq, &records);
+                (seq, records, tail.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let all = tails(&[1, 2, 3, 4]);
+    let (seq, records, tail) = all[0].clone();
+    assert!(store.append_batch(key, seq, records, tail).await.unwrap());
+    // 3 and 4 skip 2; 2 comes last. Handed over together, they share transactions.
+    let mut answers = Vec::new();
+    for i in [2, 3, 1] {
+        let (seq, records, tail) = all[i].clone();
+        answers.push((
+            seq,
+            store.submit_batch(key, seq, records, tail).await.unwrap(),
+        ));
+    }
+    let mut outcomes = Vec::new();
+    for (seq, answer) in answers {
+        outcomes.push((seq, answer.await.unwrap()));
+    }
+    for (seq, outcome) in &outcomes[..2] {
+        assert!(
+            matches!(outcome, Err(StoreError::Gap { stored: 1, .. })),
+            "batch {seq}: {outcome:?}"
+        );
+    }
+    assert!(matches!(outcomes[2], (2, Ok(true))), "{:?}", outcomes[2]);
+    // What is stored is 1 and 2, and the tail says so.
+    let stored = store
+        .scan(key, 0, 100, Vec::new(), |out, seq, _| {
+            out.push(seq);
+            ControlFlow::Continue(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![1, 2]);
+    drop(store);
+    let (_, runs) = Store::open(&dir.path().join("hub.db"), false).unwrap();
+    assert_eq!(runs[0].tail.last_seq, 2);
+    assert_eq!(runs[0].tail.records, 2);
+}
+
+/// SQLite's own checkpoint waits for 65,536 WAL pages: a few hundred kilobytes of
+/// batches reach the database file only through the checkpointer, which no read or
+/// timer starts, only a commit.
+#[tokio::test]
+async fn commits_reach_the_database_file_through_the_checkpointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hub.db");
+    let (store, _) = Store::open(&path, false).unwrap();
+    let key = store
+        .upsert_run(test_identity("r", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let mut tail = RunTail::default();
+    for seq in 1..=40u64 {
+        let records: Arc<[StepRecord]> = (0..100)
+            .map(|i| StepRecord {
+                step: (seq * 100 + i) as i64,
+                wall_time: 1.0,
+                values: (0..10).map(|m| (MetricId(m), (seq * i) as f64)).collect(),
+            })
+            .collect::<Vec<_>>()
+            .into();
+        tail = tail.after(seq, &records);
+        assert!(store
+            .append_batch(key, seq, records, tail.clone())
+            .await
+            .unwrap());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let file = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    while file() < 200_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file holds {} bytes after 10 s: nothing checkpointed",
+            file()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn batches_survive_reopen_and_duplicates_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hub.db");
+    {
+        let (store, runs) = Store::open(&path, false).unwrap();
+        assert!(runs.is_empty());
+        let key = store
+            .upsert_run(test_identity("r1", "p"), 1, 10.0)
+            .await
+            .unwrap();
+        store
+            .define_metrics(
+                key,
+                vec![MetricDef {
+                    id: MetricId(0),
+                    name: "loss".into(),
+                }],
+            )
+            .await
+            .unwrap();
+        let mut tail = RunTail::default();
+        for seq in 1..=3u64 {
+            let records: Arc<[StepRecord]> = vec![rec(seq as i64, seq as f64)].into();
+            tail = tail.after(seq, &records);
+            store
+                .append_batch(key, seq, records, tail.clone())
+                .await
+                .unwrap();
+        }
+        // A resent batch is ignored by the primary key and leaves the tail alone.
+        let again: Arc<[StepRecord]> = vec![rec(99, 99.0)].into();
+        store
+            .append_batch(key, 2, again.clone(), RunTail::default().after(2, &again))
+            .await
+            .unwrap();
+    }
+    let (store, runs) = Store::open(&path, false).unwrap();
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run.tail.last_seq, 3);
+    assert_eq!(run.tail.records, 3);
+    assert_eq!(run.tail.last_values[&MetricId(0)], 3.0);
+    assert_eq!(run.metrics.len(), 1);
+    let steps = store
+        .scan(run.key, 0, 3, Vec::new(), |steps, _, recs| {
+            steps.extend(recs.iter().map(|r| r.step));
+            ControlFlow::Continue(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(steps, vec![1, 2, 3]);
+    assert_eq!(store.step_bounds(run.key).await.unwrap(), Some((1, 3)));
+}
+
+/// `after` skips the map updates of a record its successor overwrites; the last values
+/// must still be every metric's last value in the batch, whatever sets of metrics the
+/// records carry.
+#[test]
+fn a_tail_holds_each_metrics_last_value_in_the_batch() {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut tail = RunTail::default();
+    let mut want: BTreeMap<MetricId, f64> = BTreeMap::new();
+    for seq in 1..=300u64 {
+        let records: Vec<StepRecord> = (0..next(6))
+            .map(|i| {
+                // Mostly the same set step after step, sometimes another.
+                let set = if next(4) == 0 { next(3) } else { 0 };
+                let values: Vec<(MetricId, f64)> = (0..4u32)
+                    .filter(|id| (id + set as u32) % 3 != 0 || set == 0)
+                    .map(|id| (MetricId(id), (seq * 10 + i) as f64 + f64::from(id) / 10.0))
+                    .collect();
+                StepRecord {
+                    step: seq as i64,
+                    wall_time: 0.0,
+                    values,
+                }
+            })
+            .collect();
+        for r in &records {
+            want.extend(r.values.iter().copied());
+        }
+        tail = tail.after(seq, &records);
+        assert_eq!(tail.last_values, want, "batch {seq}");
+    }
+}
