@@ -188,6 +188,9 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
             }
         }
         last_start = Instant::now();
+        // Whoever woke the writer so far is in this transaction (queued before the
+        // commands taken below): a wake must not cut the next interval short as well.
+        waiting.take();
         while pending.len() < GROUP_MAX {
             match rx.try_recv() {
                 Ok(c) => pending.push(c),
