@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_collector::{tail, Collector, Options, Outcome};
-use stepstream_protocol::RunId;
+use stepstream_protocol::{ErrorCode, RunId};
 
 #[derive(clap::Args)]
 pub struct TailArgs {
@@ -135,7 +135,7 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
     ctrlc_flag(flag);
 
     // A tail that resumes must know what the hub has, or it would send those rows twice.
-    let Some(after_step) = hub_last_step(&collector, &args.hub, &stop, "tail") else {
+    let Some(after_step) = hub_last_step(&collector, &args.hub, &stop, "tail")? else {
         return Ok(());
     };
     eprintln!(
@@ -152,22 +152,75 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
         Duration::from_millis(args.poll_ms.max(10)),
         &stop,
     )?;
+    let last_error = collector.last_error();
     let sent = collector.finish(Outcome::Finished);
     eprintln!(
-        "stepstream tail: {} rows sent, {} bad rows skipped, {} already on the hub; {}",
-        report.rows,
-        report.bad_rows,
-        report.skipped,
-        if sent.delivered {
-            "all acknowledged"
-        } else {
-            "NOT all acknowledged"
-        }
+        "stepstream tail: {} rows read, {} bad rows skipped, {} already on the hub",
+        report.rows, report.bad_rows, report.skipped,
     );
-    if !sent.delivered {
-        bail!("{} records were not acknowledged by the hub", sent.unacked);
+    let mut problems = stored_or_not("tail", &report.logged, &sent, last_error);
+    if report.bad_rows > 0 {
+        problems.push(format!(
+            "{} lines that look like records could not be read (each reported above) and \
+             are not on the hub",
+            report.bad_rows
+        ));
+    }
+    if !problems.is_empty() {
+        bail!(
+            "not everything read is stored:\n  {}",
+            problems.join("\n  ")
+        );
     }
     Ok(())
+}
+
+/// Says, per metric, how many of the values read the hub acknowledged (it acknowledges only
+/// what it committed), and returns what was not stored: a tail or import never reports
+/// success for a value the hub refused (its limits, a bad name) or never acknowledged.
+fn stored_or_not(
+    who: &str,
+    logged: &std::collections::BTreeMap<String, u64>,
+    sent: &stepstream_collector::Report,
+    last_error: Option<String>,
+) -> Vec<String> {
+    let stored: std::collections::HashMap<&str, u64> =
+        sent.stored.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    let mut problems = Vec::new();
+    let (mut all, mut kept) = (0u64, 0u64);
+    for (name, &n) in logged {
+        let got = stored.get(name.as_str()).copied().unwrap_or(0).min(n);
+        all += n;
+        kept += got;
+        eprintln!("stepstream {who}:   {name}: {got} of {n} values stored");
+        if got < n {
+            problems.push(format!("{name}: {} of {n} values not stored", n - got));
+        }
+    }
+    if !sent.delivered {
+        problems.push(format!(
+            "{} records not acknowledged by the hub",
+            sent.unacked
+        ));
+    }
+    if sent.dropped + sent.lost > 0 {
+        problems.push(format!(
+            "{} records dropped or lost before reaching the hub",
+            sent.dropped + sent.lost
+        ));
+    }
+    if !problems.is_empty() {
+        if let Some(e) = last_error {
+            problems.push(format!("the hub's last word: {e}"));
+        }
+    } else {
+        eprintln!(
+            "stepstream {who}: the hub stored all {kept} values of {} metrics",
+            logged.len()
+        );
+    }
+    debug_assert!(kept <= all);
+    problems
 }
 
 /// Sets `flag` on Ctrl-C / SIGTERM.
@@ -196,19 +249,27 @@ fn ctrlc_flag(flag: Arc<AtomicBool>) {
 }
 
 /// Waits for the hub's welcome and returns its last step for the run (`Some(None)`: it has
-/// none); `None` when stopped first. Says every 2 s what it is waiting for.
+/// none); `None` when stopped first; an error when the hub refuses the run for good. Says
+/// every 2 s what it is waiting for.
 fn hub_last_step(
     collector: &Collector,
     hub: &str,
     stop: &AtomicBool,
     who: &str,
-) -> Option<Option<i64>> {
+) -> Result<Option<Option<i64>>> {
     loop {
         if let Some(last) = collector.wait_welcome(Duration::from_secs(2)) {
-            return Some(last);
+            return Ok(Some(last));
         }
         if stop.load(Ordering::Relaxed) {
-            return None;
+            return Ok(None);
+        }
+        // A refusal no retry can change (a wrong token, a run of another project, a limit)
+        // ends the command; a hub that is down or a second writer still running is waited for.
+        if let Some((code, why)) = collector.refused_by_hub() {
+            if matches!(code, ErrorCode::Unauthorized | ErrorCode::Limit) {
+                bail!("the hub at {hub} refuses this run ({code:?}): {why}");
+            }
         }
         eprintln!(
             "stepstream {who}: waiting for the hub at {hub} ({})",
@@ -247,7 +308,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
             options.framework = "tensorboard import".into();
             options.ca_file = args.ca_file.clone();
             let collector = Collector::start(options)?;
-            let Some(after) = hub_last_step(&collector, &args.hub, &stop, "import") else {
+            let Some(after) = hub_last_step(&collector, &args.hub, &stop, "import")? else {
                 return Ok(());
             };
             eprintln!(
@@ -273,34 +334,34 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
     }
     for (run, collector) in runs {
         let r = &run.report;
+        let last_error = collector.last_error();
         let sent = collector.finish(Outcome::Finished);
         eprintln!(
-            "stepstream import: {}: {} events ({} points) sent, {} already on the hub, {} \
-             undecodable; {}",
+            "stepstream import: {}: {} events ({} points) read, {} already on the hub, {} \
+             undecodable",
             run.dir.display(),
             r.events - r.skipped,
             r.points,
             r.skipped,
             r.undecodable,
-            if sent.delivered {
-                "all acknowledged"
-            } else {
-                "NOT all acknowledged"
-            }
         );
-        if !sent.delivered {
-            failed += sent.unacked;
+        let problems = stored_or_not("import", &r.logged, &sent, last_error);
+        if !problems.is_empty() {
+            failed += 1;
+            broken.push(format!(
+                "{}: not everything read is stored: {}",
+                run.dir.display(),
+                problems.join("; ")
+            ));
         }
         if let Some(why) = &run.broken {
             broken.push(format!("{}: {why}", run.dir.display()));
         }
     }
-    if failed > 0 {
-        bail!("{failed} records were not acknowledged by the hub");
-    }
     if !broken.is_empty() {
         bail!(
-            "damaged event files (what came before the damage was imported):\n{}",
+            "{failed} runs not wholly stored, or damaged event files (imported up to the \
+             damage):\n{}",
             broken.join("\n")
         );
     }

@@ -236,6 +236,7 @@ fn serve(args: ServeArgs) -> Result<()> {
                 }
                 None => Vec::new(),
             },
+            ..Auth::default()
         },
         tokens_file: args.tokens.clone(),
         fsync: args.fsync,

@@ -68,7 +68,13 @@ pub fn issue_token(args: TokenArgs) -> Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut file, 0o600);
     file.open(&args.tokens)
-        .and_then(|mut f| f.write_all(entry.as_bytes()))
+        .and_then(|mut f| {
+            // `mode` applies only when the file is created: a file made by hand (or by an
+            // editor with the default umask) is readable by others until this.
+            #[cfg(unix)]
+            f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            f.write_all(entry.as_bytes())
+        })
         .with_context(|| format!("cannot write {}", args.tokens.display()))?;
     eprintln!(
         "issued a {} token into {}; a hub serving it picks it up within a second",

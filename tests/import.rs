@@ -217,7 +217,11 @@ fn import_follow_streams_new_events_and_new_directories_until_stopped() {
     );
     // SIGTERM: it finishes its runs and exits cleanly.
     let err = stop(child, "-TERM");
-    assert!(err.contains("all acknowledged"), "{err}");
+    assert!(err.contains("loss: 5 of 5 values stored"), "{err}");
+    assert!(
+        err.contains("the hub stored all 5 values of 1 metrics"),
+        "{err}"
+    );
     let id = &runs_by_name(&hub)["a"];
     assert_eq!(hub.json(&format!("/api/runs/{id}"))["status"], "finished");
 }

@@ -65,11 +65,22 @@ fn tail_follows_a_growing_csv_with_a_torn_last_line() {
         (hub.run_json(&run_id).unwrap()["last_step"] == 20).then_some(())
     });
 
-    // Stop the tail as a user would; it finishes the run.
-    let stderr = stop(tail, "-INT");
+    // Stop the tail as a user would; it finishes the run, and since one row that looked like
+    // a record was not stored, it says so and exits non-zero rather than claim success.
+    Command::new("kill")
+        .args(["-INT", &tail.id().to_string()])
+        .status()
+        .unwrap();
+    let out = tail.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a bad row is no success: {stderr}");
     assert!(
-        stderr.contains("skipped"),
+        stderr.contains("line 13 skipped") && stderr.contains("1 lines that look like records"),
         "the bad row is reported: {stderr}"
+    );
+    assert!(
+        stderr.contains("loss: 20 of 20 values stored"),
+        "what was read is reported stored: {stderr}"
     );
 
     let run = hub.run_json(&run_id).unwrap();
@@ -100,12 +111,38 @@ fn tail_follows_a_growing_csv_with_a_torn_last_line() {
     assert_eq!(rows[6][2], "nan", "nan is a value");
     assert_eq!(rows[7][5], "inf", "inf is a value");
 
-    // A second tail of the same file resumes the same run and sends nothing twice.
+    // A second tail of the same file resumes the same run and sends nothing twice; one that
+    // names another project is refused (a resume never moves a run) and says so.
     append(&csv, &row(21));
-    succeed(
-        Command::new(BIN)
-            .args(["tail", "--no-follow", "--hub", &hub.ws()])
-            .arg(&csv),
+    let moved = Command::new(BIN)
+        .args(["tail", "--no-follow", "--hub", &hub.ws()])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&moved.stderr);
+    assert!(
+        !moved.status.success() && said.contains("belongs to project \"legacy\""),
+        "{said}"
+    );
+    // (The file still holds the bad row: this tail says so too, and exits non-zero.)
+    let again = Command::new(BIN)
+        .args([
+            "tail",
+            "--no-follow",
+            "--project",
+            "legacy",
+            "--hub",
+            &hub.ws(),
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success()
+            && said.contains("1 lines that look like records")
+            && said.contains("loss: 1 of 1 values stored"),
+        "{said}"
     );
     let run = hub.run_json(&run_id).unwrap();
     assert_eq!(run["records"], 21);
@@ -186,6 +223,11 @@ fn tail_reads_a_mindformers_training_log_without_touching_the_script() {
                 1e-4 * g as f64,
                 0.5 + g as f64
             ));
+            if g == 2 {
+                // Another line between a monitor line and its progress line (a warning of
+                // MindSpore's): once it dropped the step being gathered.
+                text.push_str("[WARNING] ME(1234:5678,MainProcess):2025-03-02-10:23:42.200.000 [mindspore/train/callback/_callback.py:1] a warning\n");
+            }
             text.push_str(&format!(
                 "2025-03-02 10:23:4{g},124 - mindformers[mindformers/core/callback/callback.py:371] - INFO -   {:.1}% |████      | {}.5 samples/s/p  0:00:0{g} }}\n",
                 g as f64 * 100.0 / 6.0,
@@ -194,6 +236,8 @@ fn tail_reads_a_mindformers_training_log_without_touching_the_script() {
         }
     }
     text.push_str("2026-06-01 08:00:00,001 - mindformers[mindformers/core/callback/callback.py:512] - INFO - { epoch: 3, step: 7, loss: 0.125, per_step_time: 90ms, lr: 7e-4, global_norm: 0.25 }\n");
+    // What a real log ends with: its last step was lost to this line once.
+    text.push_str("2026-06-01 08:00:00,010 - mindformers[mindformers/trainer/base_trainer.py:1689] - INFO - .........Training Over!.............\n");
     std::fs::write(&log, text).unwrap();
     succeed(
         Command::new(BIN)

@@ -14,6 +14,8 @@
 //! * `tls` — HTTPS and `wss://` with a private CA, certificates renewed while serving.
 //! * `tail` — following a growing CSV with a torn last line.
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
+//! * `trust` — what the hub claims is true: a write token stays in its project, a revoked
+//!   token's sockets close, names with control characters are refused.
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
 mod bench_web;
@@ -32,5 +34,6 @@ mod range;
 mod security;
 mod tail;
 mod tls;
+mod trust;
 mod util;
 mod web;

@@ -338,6 +338,8 @@ pub struct Viewer {
     pub run_list: Vec<RunSummary>,
     pub errors: Vec<HubError>,
     pub alerts: Vec<Alert>,
+    /// The hub closed the socket.
+    pub closed: bool,
 }
 
 impl Viewer {
@@ -366,6 +368,7 @@ impl Viewer {
             run_list: Vec::new(),
             errors: Vec::new(),
             alerts: Vec::new(),
+            closed: false,
         }
     }
 
@@ -399,9 +402,16 @@ impl Viewer {
                 .block_on(async { tokio::time::timeout(left, ws.next()).await });
             let msg = match next {
                 Err(_) => return done(self),
-                Ok(None) => return done(self),
-                Ok(Some(m)) => m.unwrap(),
+                Ok(None) | Ok(Some(Err(_))) => {
+                    self.closed = true;
+                    return done(self);
+                }
+                Ok(Some(Ok(m))) => m,
             };
+            if let tokio_tungstenite::tungstenite::Message::Close(_) = msg {
+                self.closed = true;
+                continue;
+            }
             let tokio_tungstenite::tungstenite::Message::Binary(bytes) = msg else {
                 continue;
             };

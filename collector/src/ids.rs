@@ -37,6 +37,12 @@ impl MetricTable {
         self.wire.push(wire);
     }
 
+    /// Whether the connected hub takes local id `local`'s values (its limits may refuse a
+    /// name).
+    pub fn sent(&self, local: MetricId) -> bool {
+        self.wire.get(local.0 as usize).copied().flatten().is_some()
+    }
+
     /// The name of a local id.
     pub fn name(&self, local: MetricId) -> Option<&str> {
         self.names.get(local.0 as usize).map(String::as_str)
@@ -47,7 +53,7 @@ impl MetricTable {
         if let Some(&id) = self.hub.get(name) {
             return Some(id);
         }
-        if name.len() > self.limits.name_bytes as usize
+        if self.limits.check_name("metric name", name).is_err()
             || self.defined >= self.limits.run_metrics as usize
         {
             tracing::warn!(metric = %name, "stepstream: the hub's limits refuse this metric; its values are not sent");

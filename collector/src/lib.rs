@@ -169,6 +169,8 @@ pub struct Report {
     /// Records lost after `log` took them: a damaged spool file. Never silently: each loss
     /// is logged and in [`Collector::last_error`].
     pub lost: u64,
+    /// Values the hub acknowledged (stored), per metric name ([`Collector::stored_values`]).
+    pub stored: Vec<(String, u64)>,
 }
 
 /// Counters shared by the caller and the sender thread.
@@ -182,8 +184,13 @@ pub(crate) struct Stats {
     pub connected: AtomicBool,
     pub reconnects: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    /// The hub's last refusal of this run's hello (its code and message), until a welcome.
+    pub refusal: Mutex<Option<(stepstream_protocol::ErrorCode, String)>>,
     /// The hub's last stored step for the run, once a hub welcomed this collector.
     pub welcome: Mutex<Option<Option<i64>>>,
+    /// Values the hub acknowledged (stored), by local metric id: what `tail` and `import`
+    /// report, so no success is claimed for a value a hub's limits refused.
+    pub stored: Mutex<Vec<u64>>,
 }
 
 pub(crate) enum Command {
@@ -492,6 +499,30 @@ impl Collector {
         self.stats.acked.load(Ordering::Relaxed)
     }
 
+    /// Values the hub acknowledged (stored), per metric name, in first-use order. A value the
+    /// hub's limits refused is never counted.
+    pub fn stored_values(&self) -> Vec<(String, u64)> {
+        let stored = self
+            .stats
+            .stored
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<(MetricId, String)> =
+            names.iter().map(|(n, &id)| (id, n.clone())).collect();
+        out.sort_by_key(|(id, _)| id.0);
+        out.into_iter()
+            .map(|(id, n)| (n, stored.get(id.0 as usize).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    /// The hub's refusal of the run, while it refuses it (a wrong token, a run of another
+    /// project, a limit): what a command-line tool stops on instead of retrying forever.
+    pub fn refused_by_hub(&self) -> Option<(stepstream_protocol::ErrorCode, String)> {
+        self.stats.refusal.lock().ok()?.clone()
+    }
+
     /// The last connection or hub error, if any.
     pub fn last_error(&self) -> Option<String> {
         self.stats.last_error.lock().ok()?.clone()
@@ -506,6 +537,7 @@ impl Collector {
             unacked: self.stats.unacked.load(Ordering::Relaxed),
             refused: self.stats.refused.load(Ordering::Relaxed),
             lost: self.stats.lost.load(Ordering::Relaxed),
+            stored: self.stored_values(),
         }
     }
 

@@ -421,14 +421,30 @@ impl Sender {
 
     fn acked_through(&mut self, through: u64) {
         self.acked_seq = self.acked_seq.max(through);
+        let mut stored = None;
         while self.pending.front().is_some_and(|b| b.seq <= through) {
             let b = self.pending.pop_front().expect("front exists");
+            let stored = stored
+                .get_or_insert_with(|| self.stats.stored.lock().unwrap_or_else(|e| e.into_inner()));
+            for r in &b.records {
+                for &(id, _) in &r.values {
+                    if !self.metrics.sent(id) {
+                        continue;
+                    }
+                    let i = id.0 as usize;
+                    if stored.len() <= i {
+                        stored.resize(i + 1, 0);
+                    }
+                    stored[i] += 1;
+                }
+            }
             self.buffered -= b.records.len();
             self.in_memory -= b.records.len();
             self.stats
                 .acked
                 .fetch_add(b.records.len() as u64, Ordering::Relaxed);
         }
+        drop(stored);
         self.refill();
         self.stats
             .unacked
@@ -560,6 +576,9 @@ impl Sender {
             Ok(Err(e)) => return lost(e, false),
             Ok(Ok(FromHub::Welcome(w))) => w,
             Ok(Ok(FromHub::HubError(e))) => {
+                if let Ok(mut r) = self.stats.refusal.lock() {
+                    *r = Some((e.code, e.message.clone()));
+                }
                 let text = format!("the hub refused the run ({:?}): {}", e.code, e.message);
                 tracing::warn!("stepstream: {text}");
                 return lost(text, false);
@@ -567,6 +586,9 @@ impl Sender {
             Ok(Ok(other)) => return lost(format!("expected Welcome, got {}", other.name()), false),
         };
         self.welcome(&welcome);
+        if let Ok(mut r) = self.stats.refusal.lock() {
+            *r = None;
+        }
         self.stats.connected.store(true, Ordering::Relaxed);
         tracing::debug!(run = %self.identity.run_id, last_seq = welcome.last_seq, "connected to the hub");
 

@@ -51,6 +51,28 @@ impl Limits {
         self
     }
 
+    /// Checks one name (a metric's, a project's...): at most `name_bytes`, and no control
+    /// character. A name is shown in pages, logs, alert messages and Prometheus labels, where
+    /// a line feed or an escape would forge or break what surrounds it, and PostgreSQL refuses
+    /// a NUL (which would then wedge the commit that holds it): both engines refuse alike.
+    pub fn check_name(&self, field: &str, value: &str) -> Result<(), String> {
+        if value.len() > self.name_bytes as usize {
+            return Err(format!(
+                "{field} is {} bytes; the limit is {} (limit name_bytes)",
+                value.len(),
+                self.name_bytes
+            ));
+        }
+        if let Some(c) = value.chars().find(|c| c.is_control()) {
+            return Err(format!(
+                "{field} {value:?} holds the control character {:?} (U+{:04X}); names may not",
+                c,
+                u32::from(c)
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks a run identity's strings; the error names the field and the limit.
     pub fn check_identity(&self, id: &crate::RunIdentity) -> Result<(), String> {
         let fields = [
@@ -61,13 +83,10 @@ impl Limits {
             ("framework", &id.framework),
         ];
         for (field, value) in fields {
-            if value.len() > self.name_bytes as usize {
-                return Err(format!(
-                    "{field} is {} bytes; the limit is {} (limit name_bytes)",
-                    value.len(),
-                    self.name_bytes
-                ));
-            }
+            self.check_name(field, value)?;
+        }
+        if id.config_json.contains('\0') {
+            return Err("config holds a NUL character".into());
         }
         if id.config_json.len() > self.config_bytes as usize {
             return Err(format!(

@@ -6,8 +6,10 @@
 //! it may write. With no token of a kind configured, that kind is open, which `start`
 //! allows only on loopback.
 //!
-//! `stepstream token` issues a scoped token into that file; the hub re-reads the file when it
-//! changes ([`LiveAuth`]), so issuing or revoking a token needs no restart.
+//! `stepstream token` issues a scoped token into that file; the hub re-reads the file when its
+//! content changes ([`LiveAuth`]), so issuing or revoking a token needs no restart, and the
+//! sockets a revoked token opened close within a second (each socket watches the tokens and
+//! checks its own again).
 //!
 //! Tokens travel in the collector's hello, or for HTTP and the viewer socket as
 //! `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded (browsers cannot set
@@ -105,76 +107,104 @@ pub struct Auth {
     pub write: Option<String>,
     pub read: Option<String>,
     pub scoped: Vec<ScopedToken>,
+    /// Writes, or reads, stay guarded even when no token of that kind is left (a tokens file
+    /// emptied or deleted): set by [`LiveAuth::new`] from the tokens the hub started with.
+    pub guard_write: bool,
+    pub guard_read: bool,
 }
 
-/// The tokens in force, replaced whole when the tokens file changes.
-#[derive(Debug, Default)]
-pub struct LiveAuth(std::sync::RwLock<std::sync::Arc<Auth>>);
+/// The tokens in force, replaced whole when the tokens file changes. Every socket watches
+/// [`LiveAuth::changes`] and checks its token again, so a revoked token's sockets close.
+#[derive(Debug)]
+pub struct LiveAuth {
+    current: std::sync::RwLock<std::sync::Arc<Auth>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for LiveAuth {
+    fn default() -> LiveAuth {
+        LiveAuth::new(Auth::default())
+    }
+}
 
 impl LiveAuth {
-    pub fn new(auth: Auth) -> LiveAuth {
-        LiveAuth(std::sync::RwLock::new(std::sync::Arc::new(auth)))
+    /// The tokens a hub starts with: what they guard stays guarded for the hub's life.
+    pub fn new(mut auth: Auth) -> LiveAuth {
+        auth.guard_write = auth.has(Access::Write);
+        auth.guard_read = auth.has(Access::Read);
+        LiveAuth {
+            current: std::sync::RwLock::new(std::sync::Arc::new(auth)),
+            changed: tokio::sync::watch::channel(0).0,
+        }
     }
 
     pub fn current(&self) -> std::sync::Arc<Auth> {
         // A poisoned lock still holds a whole `Arc`: replacing it is one store.
-        self.0
+        self.current
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
-    /// Puts `scoped` in force, unless that would open reads or writes the hub now guards
-    /// (an emptied file must not turn a guarded hub into an open one).
-    pub fn replace_scoped(&self, scoped: Vec<ScopedToken>) -> Result<usize, String> {
+    /// Ticks each time the tokens change: a socket then checks its token again.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Puts `scoped` in force, the old scoped tokens gone at once (their sockets are told to
+    /// check again). What the hub guards stays guarded: an emptied file leaves only the
+    /// global tokens, it never opens reads or writes.
+    pub fn replace_scoped(&self, scoped: Vec<ScopedToken>) -> usize {
         let old = self.current();
         let new = Auth {
             scoped,
             ..(*old).clone()
         };
-        for access in [Access::Read, Access::Write] {
-            if old.has(access) && !new.has(access) {
-                return Err(format!(
-                    "the new tokens file leaves no {access:?} token: reads and writes stay \
-                     guarded, keeping the old tokens"
-                ));
-            }
-        }
         let n = new.scoped.len();
         *self
-            .0
+            .current
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(new);
-        Ok(n)
+        self.changed.send_modify(|g| *g += 1);
+        n
     }
 }
 
-/// Re-reads the tokens file when it changes; a file that does not parse keeps the old tokens.
+/// How often the tokens file is read again: a revoked token's sockets close within this.
+pub const TOKENS_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Re-reads the tokens file when its content changes (not its mtime and size, which an edit
+/// within a second of the same length keeps). A file that does not parse keeps the old
+/// tokens; a deleted or unreadable one leaves none of its tokens in force.
 pub async fn reload_on_change(auth: std::sync::Arc<LiveAuth>, path: std::path::PathBuf) {
-    let stamp = |p: &std::path::Path| {
-        std::fs::metadata(p)
-            .ok()
-            .map(|m| (m.modified().ok(), m.len()))
-    };
-    let mut seen = stamp(&path);
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut seen: Option<Result<Vec<u8>, std::io::ErrorKind>> = None;
+    let mut every = tokio::time::interval(TOKENS_CHECK);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         every.tick().await;
-        let now = stamp(&path);
-        if now.is_none() || now == seen {
+        let read = tokio::fs::read(&path).await.map_err(|e| e.kind());
+        if seen.as_ref() == Some(&read) {
             continue;
         }
-        seen = now;
-        let result = std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| TokensFile::parse(&text))
-            .and_then(|scoped| auth.replace_scoped(scoped));
-        match result {
-            Ok(n) => tracing::info!(file = %path.display(), tokens = n, "tokens file reloaded"),
-            Err(e) => {
-                tracing::error!(file = %path.display(), error = %e, "tokens file not reloaded")
+        seen = Some(read.clone());
+        let scoped = match read {
+            Ok(bytes) => match std::str::from_utf8(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(TokensFile::parse)
+            {
+                Ok(scoped) => scoped,
+                Err(e) => {
+                    tracing::error!(file = %path.display(), error = %e, "tokens file not reloaded: it does not parse; the tokens in force stay");
+                    continue;
+                }
+            },
+            Err(kind) => {
+                tracing::error!(file = %path.display(), error = ?kind, "tokens file gone or unreadable: none of its tokens is in force");
+                Vec::new()
             }
-        }
+        };
+        let n = auth.replace_scoped(scoped);
+        tracing::info!(file = %path.display(), tokens = n, "tokens file reloaded");
     }
 }
 
@@ -197,11 +227,11 @@ fn same(a: &str, b: &str) -> bool {
 
 impl Auth {
     fn has(&self, access: Access) -> bool {
-        let global = match access {
-            Access::Write => self.write.is_some(),
-            Access::Read => self.read.is_some(),
+        let (global, guarded) = match access {
+            Access::Write => (self.write.is_some(), self.guard_write),
+            Access::Read => (self.read.is_some(), self.guard_read),
         };
-        global || self.scoped.iter().any(|t| t.access == access)
+        guarded || global || self.scoped.iter().any(|t| t.access == access)
     }
 
     pub fn guards_reads_and_writes(&self) -> bool {
@@ -262,11 +292,18 @@ fn token_of(req: &Request) -> Option<String> {
     })
 }
 
-/// Lets a request through with its read [`Scope`] in its extensions, or answers 401.
+/// The token a request presented, for a socket to check again when the tokens change.
+#[derive(Clone, Debug, Default)]
+pub struct Presented(pub Option<String>);
+
+/// Lets a request through with its read [`Scope`] (and the token, [`Presented`]) in its
+/// extensions, or answers 401.
 pub async fn require_read(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    match app.auth.current().read_scope(token_of(&req).as_deref()) {
+    let token = token_of(&req);
+    match app.auth.current().read_scope(token.as_deref()) {
         Some(scope) => {
             req.extensions_mut().insert(scope);
+            req.extensions_mut().insert(Presented(token));
             next.run(req).await
         }
         None => (
@@ -288,17 +325,19 @@ mod tests {
             write: Some("w".into()),
             read: None,
             scoped: scoped("[[tokens]]\ntoken = \"a\"\naccess = \"read\"\nprojects = [\"p\"]\n"),
+            ..Auth::default()
         });
         assert!(only_scoped.current().read_scope(None).is_none());
-        // Emptied: reads would be open. Refused, the old token stays.
-        assert!(only_scoped.replace_scoped(Vec::new()).is_err());
-        assert!(only_scoped.current().read_scope(Some("a")).is_some());
+        // Emptied: the old token is gone, and reads stay guarded (nobody may read).
+        let changes = only_scoped.changes();
+        assert_eq!(only_scoped.replace_scoped(Vec::new()), 0);
+        assert!(changes.has_changed().unwrap(), "sockets are told");
+        assert!(only_scoped.current().read_scope(Some("a")).is_none());
+        assert!(only_scoped.current().read_scope(None).is_none());
         // Another token instead: in force at once, the old one gone.
-        let n = only_scoped
-            .replace_scoped(scoped(
-                "[[tokens]]\ntoken = \"b\"\naccess = \"read\"\nruns = [\"r\"]\n",
-            ))
-            .unwrap();
+        let n = only_scoped.replace_scoped(scoped(
+            "[[tokens]]\ntoken = \"b\"\naccess = \"read\"\nruns = [\"r\"]\n",
+        ));
         assert_eq!(n, 1);
         assert!(only_scoped.current().read_scope(Some("a")).is_none());
         assert!(only_scoped
@@ -330,6 +369,7 @@ mod tests {
                  [[tokens]]\ntoken = \"rr\"\naccess = \"read\"\nruns = [\"run-1\"]\n",
             )
             .unwrap(),
+            ..Auth::default()
         };
         assert!(!locked.may_write(None, "a") && !locked.may_write(Some("r"), "a"));
         assert!(locked.may_write(Some("w"), "a") && locked.may_write(Some("w"), "b"));

@@ -87,6 +87,7 @@ pub async fn collector_socket(
             let mut conn = Conn {
                 socket,
                 id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
+                token: None,
             };
             if let Err(refusal) = serve(&app, &mut conn).await {
                 tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
@@ -99,6 +100,8 @@ pub async fn collector_socket(
 struct Conn {
     socket: WebSocket,
     id: u64,
+    /// The hello's token: checked again whenever the tokens change.
+    token: Option<String>,
 }
 
 impl Conn {
@@ -189,6 +192,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
             ),
         ));
     }
+    conn.token = hello.token.clone();
     if !app
         .auth
         .current()
@@ -265,6 +269,7 @@ fn refusal(e: IngestError) -> HubError {
         IngestError::Store(_) => ErrorCode::Storage,
         IngestError::Limit(_) => ErrorCode::Limit,
         IngestError::Conflict(_) => ErrorCode::Conflict,
+        IngestError::Forbidden(_) => ErrorCode::Unauthorized,
         _ => ErrorCode::ProtocolViolation,
     };
     fatal(code, e.to_string())
@@ -460,9 +465,23 @@ async fn converse(
     let run = pipe.run;
     let ack_due = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(ack_due);
+    let mut tokens = app.auth.changes();
+    let project = run.state(|st| st.identity.project.clone());
     loop {
         let msg = tokio::select! {
             biased;
+            Ok(()) = tokens.changed() => {
+                // A revoked token (its entry removed, the file emptied or deleted) writes
+                // nothing more: its socket closes now, what it had in flight settled first.
+                if !app.auth.current().may_write(conn.token.as_deref(), &project) {
+                    tracing::warn!(run = %run.state(|st| st.identity.run_id.clone()), "write token revoked: closing its collector socket");
+                    return Err(fatal(
+                        ErrorCode::Unauthorized,
+                        format!("the write token for project {project:?} was revoked"),
+                    ));
+                }
+                continue;
+            }
             answer = pipe.next_answer() => {
                 let first = pipe.unacked.is_none();
                 let settled = pipe.settle(hub, answer).await;

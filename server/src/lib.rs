@@ -105,7 +105,6 @@ pub struct AppState {
     pub frame_ancestors: Arc<str>,
     /// For `/metrics`: open sockets, and each run's step at the previous scrape.
     pub sockets: Arc<metrics::Sockets>,
-    pub scrapes: Arc<metrics::Scrapes>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -259,7 +258,6 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             .collect::<String>()
             .into(),
         sockets: Arc::default(),
-        scrapes: Arc::default(),
     };
     if let Some(path) = settings.tokens_file.clone() {
         tokio::spawn(auth::reload_on_change(state.auth.clone(), path));

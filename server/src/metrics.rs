@@ -3,10 +3,15 @@
 //! scoped like it: a scoped token sees its runs only.
 //!
 //! Per run (labels `project`, `name`, `run_id`, `rank`): the last step, the last value of
-//! each metric (label `metric`), steps per second (between two scrapes; the mean since the
-//! start at the first), the status (`stepstream_run_status{status=...} 1`) and the alerts
-//! firing (label `rule`). The hub: records stored, runs, open collector and viewer sockets,
-//! the database's size on disk, batches the alert judge skipped.
+//! each metric (label `metric`), the steps stored as a counter (`rate()` in PromQL gives
+//! steps per second; a scrape keeps no state, so two scrapers see the same numbers), the
+//! status (`stepstream_run_status{status=...} 1`) and the alerts firing (label `rule`). The
+//! hub: records stored, runs, open collector and viewer sockets, the database's size on
+//! disk, batches the alert judge skipped.
+//!
+//! Label values are escaped here (`\\`, `\"`, `\n`, as the exposition format says):
+//! `prometheus_client` writes them as given, so one project name holding a `"` would break
+//! the whole scrape.
 
 use crate::auth::Scope;
 use crate::AppState;
@@ -18,18 +23,25 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use stepstream_protocol::{unix_now, RunStatus};
+use stepstream_protocol::RunStatus;
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// What a rate needs from the previous scrape: each run's `(hub time, last step)`.
-#[derive(Default)]
-pub struct Scrapes {
-    last: Mutex<HashMap<String, (f64, i64)>>,
+/// A label value as the exposition format writes it: backslash, double quote and line feed
+/// escaped. (Control characters never reach here: names are refused with them at the door.)
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Live sockets, for the gauges: incremented while a socket is open.
@@ -70,16 +82,16 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
     let mut registry = Registry::with_prefix("stepstream");
     let last_step = Family::<Labels, Gauge>::default();
     let value = Family::<Labels, FloatGauge>::default();
-    let rate = Family::<Labels, FloatGauge>::default();
+    let steps = Family::<Labels, Counter>::default();
     let status = Family::<Labels, Gauge>::default();
     let firing = Family::<Labels, Gauge>::default();
     let records = Family::<Labels, Counter>::default();
     registry.register("run_last_step", "Highest step stored", last_step.clone());
     registry.register("run_metric", "Last value of each metric", value.clone());
     registry.register(
-        "run_steps_per_second",
-        "Steps per second since the previous scrape (the mean since the start at the first)",
-        rate.clone(),
+        "run_steps",
+        "Steps stored (one record per step): rate() gives steps per second",
+        steps.clone(),
     );
     registry.register("run_status", "1 for the run's status", status.clone());
     registry.register(
@@ -89,8 +101,6 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
     );
     registry.register("run_records", "Records stored", records.clone());
 
-    let now = unix_now();
-    let mut scrapes = app.scrapes.last.lock().unwrap_or_else(|e| e.into_inner());
     let mut runs = 0i64;
     for run in app.hub.runs() {
         let (summary, rules) = run.state(|st| (st.summary(), st.firing_alerts()));
@@ -99,33 +109,20 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
         }
         runs += 1;
         let labels: Labels = vec![
-            ("project".into(), summary.project.clone()),
-            ("name".into(), summary.name.clone()),
-            ("run_id".into(), summary.run_id.to_string()),
+            ("project".into(), label(&summary.project)),
+            ("name".into(), label(&summary.name)),
+            ("run_id".into(), label(summary.run_id.as_str())),
             ("rank".into(), summary.rank.to_string()),
         ];
         let with = |k: &str, v: &str| {
             let mut l = labels.clone();
-            l.push((k.to_string(), v.to_string()));
+            l.push((k.to_string(), label(v)));
             l
         };
         records.get_or_create(&labels).inc_by(summary.records);
+        steps.get_or_create(&labels).inc_by(summary.records);
         if let Some(step) = summary.last_step {
             last_step.get_or_create(&labels).set(step);
-            let id = summary.run_id.to_string();
-            let per_second = match scrapes.get(&id) {
-                Some(&(t, s)) if now > t => (step - s) as f64 / (now - t),
-                _ => {
-                    let elapsed = summary.last_point_at.unwrap_or(now) - summary.started_at;
-                    if elapsed > 0.0 {
-                        step as f64 / elapsed
-                    } else {
-                        0.0
-                    }
-                }
-            };
-            rate.get_or_create(&labels).set(per_second.max(0.0));
-            scrapes.insert(id, (now, step));
         }
         for (metric, v) in &summary.last_values {
             value.get_or_create(&with("metric", metric)).set(*v);
@@ -139,7 +136,6 @@ pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Sc
             firing.get_or_create(&with("rule", rule)).set(1);
         }
     }
-    drop(scrapes);
 
     let hub_runs = Gauge::<i64>::default();
     hub_runs.set(runs);

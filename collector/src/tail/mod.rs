@@ -37,6 +37,8 @@ pub struct TailReport {
     pub bad_rows: u64,
     /// Rows at or below the step the hub already had (a resumed tail).
     pub skipped: u64,
+    /// Values handed to the collector, per metric: what the hub must acknowledge.
+    pub logged: std::collections::BTreeMap<String, u64>,
 }
 
 /// One parsed data row.
@@ -345,12 +347,16 @@ impl Rows<'_> {
             Format::MindFormers => match mindformers::parse(line) {
                 Some(row) => row.map(|l| self.row_of(l)),
                 None => {
-                    // The progress line after a monitor line: its throughput, same step.
-                    if let (Some(v), Some(open)) = (mindformers::progress(line), self.open.take()) {
-                        let i = self.index("samples_per_sec_per_device");
-                        let mut open = open;
-                        open.values.push((i, v));
-                        self.open = Some(open);
+                    // The progress line after a monitor line: its throughput, same step. Any
+                    // other line leaves the record being gathered alone (taking it here lost
+                    // the last step of every real log: "Training Over!" follows it).
+                    if let Some(v) = mindformers::progress(line) {
+                        if self.open.is_some() {
+                            let i = self.index("samples_per_sec_per_device");
+                            if let Some(open) = self.open.as_mut() {
+                                open.values.push((i, v));
+                            }
+                        }
                     }
                     return Ok(());
                 }
@@ -431,6 +437,14 @@ impl Rows<'_> {
             .iter()
             .map(|&(i, v)| (names[i].as_str(), v))
             .collect();
+        for (name, _) in &metrics {
+            match self.report.logged.get_mut(*name) {
+                Some(n) => *n += 1,
+                None => {
+                    self.report.logged.insert(name.to_string(), 1);
+                }
+            }
+        }
         match row.wall_time {
             Some(t) => self.collector.log_at(row.step, t, &metrics),
             None => self.collector.log(row.step, &metrics),

@@ -42,6 +42,8 @@ pub struct ImportReport {
     pub skipped: u64,
     /// Records that were not an `Event` (checksums right, contents not).
     pub undecodable: u64,
+    /// Values handed to the collector, per metric: what the hub must acknowledge.
+    pub logged: std::collections::BTreeMap<String, u64>,
 }
 
 /// Whether a file name is an event file's.
@@ -220,6 +222,9 @@ impl RunDir {
 
     fn emit(&mut self, collector: &Collector) {
         if let Some((step, wall_time, values)) = self.open.take() {
+            for (t, _) in &values {
+                *self.report.logged.entry(t.clone()).or_default() += 1;
+            }
             let pairs: Vec<(&str, f64)> = values.iter().map(|(t, v)| (t.as_str(), *v)).collect();
             if wall_time.is_finite() && wall_time > 0.0 {
                 collector.log_at(step, wall_time, &pairs);

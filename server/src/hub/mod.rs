@@ -70,6 +70,9 @@ pub enum IngestError {
     Limit(String),
     #[error("{0}")]
     Conflict(String),
+    /// Never allowed, whoever retries: a resume naming another project than the stored run's.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -264,6 +267,16 @@ impl Hub {
         let now = unix_now();
         let existing = self.run(&identity.run_id);
         if let Some(run) = &existing {
+            // The token was checked against the hello's project: that must be the stored
+            // run's, or a token of one project could write into (and move) another's run.
+            let stored = run.state(|st| st.identity.project.clone());
+            if stored != identity.project {
+                return Err(IngestError::Forbidden(format!(
+                    "run {} belongs to project {stored:?}, not {:?}: a resume cannot move a \
+                     run to another project",
+                    identity.run_id, identity.project
+                )));
+            }
             let holder = run.state(|st| st.writer.map(|w| (w, now - st.last_activity)));
             if let Some(((other, _), silent)) = holder {
                 if other != writer && silent < WRITER_SILENCE_S {
@@ -288,10 +301,13 @@ impl Hub {
             Some(run) => {
                 let (was, resolved) = run.state_mut(|st| {
                     let was = st.status;
-                    // A resumed run keeps the start time it was archived under.
-                    let started_at = st.identity.started_at;
-                    st.identity = identity.clone();
-                    st.identity.started_at = started_at;
+                    // A resumed run keeps the start time it was archived under, and its
+                    // name and config: a resume never rewrites what readers of the project
+                    // already saw (the store keeps them too).
+                    let old = std::mem::replace(&mut st.identity, identity.clone());
+                    st.identity.started_at = old.started_at;
+                    st.identity.name = old.name;
+                    st.identity.config_json = old.config_json;
                     st.status = RunStatus::Running;
                     st.status_message = None;
                     st.last_activity = now;
@@ -362,15 +378,10 @@ impl Hub {
                 limits.run_metrics
             )));
         }
-        if let Some(d) = defs
-            .iter()
-            .find(|d| d.name.len() > limits.name_bytes as usize)
-        {
-            return Err(IngestError::Limit(format!(
-                "metric name of {} bytes; the limit is {} (limit name_bytes)",
-                d.name.len(),
-                limits.name_bytes
-            )));
+        for d in &defs {
+            limits
+                .check_name("metric name", &d.name)
+                .map_err(IngestError::Limit)?;
         }
         let mut seen: HashMap<MetricId, &str> = HashMap::with_capacity(defs.len());
         let fresh = run.state(|st| -> Result<Vec<MetricDef>, IngestError> {
@@ -468,6 +479,11 @@ impl Hub {
         let mut message = message;
         if let Some(m) = message.as_mut() {
             truncate(m, self.limits.wire.name_bytes as usize * 8);
+            // A failure's message may hold line feeds (a traceback), but never a NUL: PostgreSQL
+            // refuses one, and the commit holding it would fail.
+            if m.contains('\0') {
+                *m = m.replace('\0', "\u{fffd}");
+            }
         }
         self.store
             .set_status(run.key, status, message.clone(), now)

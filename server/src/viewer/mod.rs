@@ -55,6 +55,7 @@ const COALESCE_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
 pub async fn viewer_socket(
     State(app): State<AppState>,
     Extension(scope): Extension<Scope>,
+    Extension(token): Extension<crate::auth::Presented>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -67,7 +68,8 @@ pub async fn viewer_socket(
         .on_upgrade(move |socket| async move {
             let _slot = slot;
             let _open = crate::metrics::Open::new(&app.sockets.viewers);
-            serve(app.hub.clone(), socket, scope).await
+            let revoked = revocation(app.auth.clone(), token.0, scope.clone());
+            serve(app.hub.clone(), socket, scope, revoked).await
         })
 }
 
@@ -150,7 +152,26 @@ impl Out {
     }
 }
 
-async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
+/// Resolves once the viewer's token no longer reads what it read when the socket opened (it
+/// was revoked, or its scope changed): the socket then closes, and a page that reconnects
+/// gets what its token reads now.
+async fn revocation(auth: Arc<crate::auth::LiveAuth>, token: Option<String>, scope: Scope) {
+    let mut changes = auth.changes();
+    while changes.changed().await.is_ok() {
+        if auth.current().read_scope(token.as_deref()).as_ref() != Some(&scope) {
+            return;
+        }
+    }
+    std::future::pending::<()>().await
+}
+
+async fn serve(
+    hub: Arc<Hub>,
+    socket: WebSocket,
+    scope: Scope,
+    revoked: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(revoked);
     let (mut sink, mut stream) = socket.split();
     let (out, mut outgoing) = Out::new();
     let budget = out.bytes.clone();
@@ -194,6 +215,11 @@ async fn serve(hub: Arc<Hub>, socket: WebSocket, scope: Scope) {
     let _ = out.send(run_list(&hub, &scope)).await;
     loop {
         tokio::select! {
+            () = &mut revoked => {
+                tracing::info!("read token revoked or rescoped: closing its viewer socket");
+                let _ = out.send(error(ErrorCode::Unauthorized, "the read token was revoked", true)).await;
+                break;
+            }
             incoming = stream.next() => {
                 let bytes = match incoming {
                     Some(Ok(Message::Binary(bytes))) => bytes,

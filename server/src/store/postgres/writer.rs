@@ -43,13 +43,12 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
                  started_at, status, last_activity, job, framework, writer) VALUES ($1, $2, $3, \
                  $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12) ON CONFLICT (run_id) DO \
-                 UPDATE SET project = excluded.project, name = excluded.name, config = \
-                 excluded.config, host = excluded.host, rank = excluded.rank, world_size = \
+                 UPDATE SET host = excluded.host, rank = excluded.rank, world_size = \
                  excluded.world_size, job = excluded.job, framework = excluded.framework, \
                  status = 'running', status_message = NULL, last_activity = \
-                 excluded.last_activity, writer = excluded.writer WHERE runs.writer = 0 OR \
-                 runs.writer = excluded.writer OR runs.last_activity < excluded.last_activity - \
-                 $13 RETURNING key",
+                 excluded.last_activity, writer = excluded.writer WHERE runs.project = \
+                 excluded.project AND (runs.writer = 0 OR runs.writer = excluded.writer OR \
+                 runs.last_activity < excluded.last_activity - $13) RETURNING key",
                 &[
                     &identity.run_id.as_str(),
                     &identity.project,
@@ -69,9 +68,10 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             Ok(match row {
                 Some(row) => Applied::Key(row.get::<_, RunKey>(0)),
                 None => Applied::Refused(format!(
-                    "run {} is being written by another collector, through another hub; use \
-                     another run id, or stop the other writer",
-                    identity.run_id
+                    "run {} is being written by another collector, through another hub (use \
+                     another run id, or stop the other writer), or belongs to a project other \
+                     than {:?} (a resume cannot move a run to another project)",
+                    identity.run_id, identity.project
                 )),
             })
         }

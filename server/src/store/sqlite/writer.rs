@@ -39,10 +39,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
                  started_at, status, last_activity, job, framework) VALUES (?1, ?2, ?3, ?4, \
                  ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11) ON CONFLICT(run_id) DO UPDATE SET \
-                 project = excluded.project, name = excluded.name, config = excluded.config, \
                  host = excluded.host, rank = excluded.rank, world_size = excluded.world_size, \
                  job = excluded.job, framework = excluded.framework, status = 'running', \
-                 status_message = NULL, last_activity = excluded.last_activity",
+                 status_message = NULL, last_activity = excluded.last_activity \
+                 WHERE runs.project = excluded.project",
             )?
             .execute(params![
                 id.as_str(),
@@ -57,9 +57,18 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 identity.job,
                 identity.framework,
             ])?;
-            let key: RunKey = tx
-                .prepare_cached("SELECT key FROM runs WHERE run_id = ?1")?
-                .query_row([id.as_str()], |r| r.get(0))?;
+            // A resume keeps the stored project, name and config; one naming another
+            // project is refused (the hub checked the token against the hello's project).
+            let (key, project): (RunKey, String) = tx
+                .prepare_cached("SELECT key, project FROM runs WHERE run_id = ?1")?
+                .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            if project != identity.project {
+                return Ok(Applied::Refused(format!(
+                    "run {id} belongs to project {project:?}, not {:?}: a resume cannot move \
+                     a run to another project",
+                    identity.project
+                )));
+            }
             Ok(Applied::Key(key))
         }
         Command::DefineMetrics { key, metrics, .. } => {
