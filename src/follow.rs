@@ -22,8 +22,13 @@ pub struct TailArgs {
     /// Hub address.
     #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
     hub: String,
+    /// The write token. Prefer `--token-file`: a command line is visible to every user of
+    /// the machine.
     #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the write token (its first line, trimmed).
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     #[arg(long, default_value = "default")]
     project: String,
     /// Run name (default: the file's name).
@@ -52,8 +57,13 @@ pub struct ImportArgs {
     dir: PathBuf,
     #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
     hub: String,
+    /// The write token. Prefer `--token-file`: a command line is visible to every user of
+    /// the machine.
     #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A file holding the write token (its first line, trimmed).
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     #[arg(long, default_value = "tensorboard")]
     project: String,
     /// Keep following the directories (and new ones) as they grow, until Ctrl-C.
@@ -116,7 +126,7 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
             .unwrap_or_else(|| "tail".into())
     });
     let mut options = Options::new(&args.hub, &args.project, &name);
-    options.token = args.token.clone();
+    options.token = crate::token(args.token.clone(), args.token_file.as_deref())?;
     options.run_id = Some(run_id.clone());
     options.config_json = config_json;
     let format = match args.format.as_str() {
@@ -268,6 +278,9 @@ fn hub_last_step(
         // ends the command; a hub that is down or a second writer still running is waited for.
         if let Some((code, why)) = collector.refused_by_hub() {
             if matches!(code, ErrorCode::Unauthorized | ErrorCode::Limit) {
+                // Nothing was accepted: the collector is let go without waiting for a
+                // delivery that cannot come.
+                let _ = collector.finish_shared(Outcome::Killed(why.clone()), Duration::ZERO);
                 bail!("the hub at {hub} refuses this run ({code:?}): {why}");
             }
         }
@@ -286,6 +299,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     ctrlc_flag(stop.clone());
     let host = stepstream_collector::hostname();
+    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
     let mut runs: Vec<(RunDir, Collector)> = Vec::new();
     let mut failed = 0u64;
     let mut broken: Vec<String> = Vec::new();
@@ -303,7 +317,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
             };
             let run_id = run_id_for("tb", &dir, &host)?;
             let mut options = Options::new(&args.hub, &args.project, &name);
-            options.token = args.token.clone();
+            options.token = token.clone();
             options.run_id = Some(run_id.clone());
             options.framework = "tensorboard import".into();
             options.ca_file = args.ca_file.clone();

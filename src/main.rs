@@ -171,7 +171,10 @@ fn main() -> std::process::ExitCode {
 }
 
 /// A token given directly, or read from a file; empty means none.
-fn token(given: Option<String>, file: Option<&std::path::Path>) -> Result<Option<String>> {
+pub(crate) fn token(
+    given: Option<String>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<String>> {
     let token = match file {
         Some(path) => Some(
             std::fs::read_to_string(path)

@@ -28,6 +28,15 @@ fn collectors_viewers_and_the_api_work_through_nginx_and_the_checks_still_hold()
     let host = ("Host", via.as_str());
     let own = format!("http://{via}");
     assert_eq!(http_status(&via, "/api/runs", &[host], false), 200);
+    // The sample config's access log keeps the path, never the query (and its token).
+    assert_eq!(
+        http_status(&via, "/api/runs?token=secret-in-query", &[host], false),
+        200
+    );
+    let log = wait_for("the access log", Duration::from_secs(5), || {
+        Some(proxy.access_log()).filter(|l| l.contains("GET /api/runs HTTP"))
+    });
+    assert!(!log.contains("secret-in-query"), "{log}");
     assert_eq!(
         http_status(&via, "/ws/viewer", &[host, ("Origin", &own)], true),
         101

@@ -64,7 +64,23 @@ fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_
 
 #[test]
 fn a_foreign_host_is_refused_and_the_hubs_names_are_served() {
-    let hub = Hub::start(&["--allow-host", "hub.lab.internal"]);
+    // A name other than loopback's means clients from beyond it: without tokens the hub
+    // refuses to start, unless told the network is trusted.
+    let db = tempfile::tempdir().unwrap();
+    let refused = std::process::Command::new("timeout")
+        .args(["20", BIN, "serve", "--bind", "127.0.0.1:0", "--db"])
+        .arg(db.path().join("hub.db"))
+        .args(["--allow-host", "hub.lab.internal"])
+        .env_remove("STEPSTREAM_WRITE_TOKEN")
+        .env_remove("STEPSTREAM_READ_TOKEN")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("without tokens"),
+        "{said}"
+    );
+    let hub = Hub::start(&["--allow-host", "hub.lab.internal", "--insecure-no-auth"]);
     let addr = hub.addr();
     let port = hub.port;
     for (host, ok) in [

@@ -202,3 +202,62 @@ fn names_with_control_characters_are_refused_with_a_clear_error() {
         [("ok".to_string(), 1), ("bad\nname".to_string(), 0)]
     );
 }
+
+/// `tail` and `import` read the write token from a file (a command line is visible to every
+/// user of the machine), and a token the hub refuses ends them with the reason instead of
+/// retrying forever.
+#[test]
+fn tail_takes_its_token_from_a_file_and_stops_when_refused() {
+    let hub = Hub::start_with_tokens("", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("m.csv");
+    append(&csv, "step,loss\n1,0.5\n2,0.25\n");
+    let good = dir.path().join("good");
+    std::fs::write(&good, "w\n").unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "nope\n").unwrap();
+    let tail = |token_file: &std::path::Path, by_env: bool, id: &str| {
+        let mut c = std::process::Command::new("timeout");
+        c.args([
+            "30",
+            BIN,
+            "tail",
+            "--no-follow",
+            "--hub",
+            &hub.ws(),
+            "--run-id",
+            id,
+        ])
+        .arg(&csv)
+        .env_remove("STEPSTREAM_WRITE_TOKEN");
+        if by_env {
+            c.env("STEPSTREAM_WRITE_TOKEN_FILE", token_file);
+        } else {
+            c.arg("--token-file").arg(token_file);
+        }
+        c.output().unwrap()
+    };
+    for (by_env, id) in [(false, "by-flag"), (true, "by-env")] {
+        let out = tail(&good, by_env, id);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run: serde_json::Value = serde_json::from_slice(
+            &http_get(&hub.addr(), &format!("/api/runs/{id}"), Some("r")).body,
+        )
+        .unwrap();
+        assert_eq!(run["records"], 2);
+    }
+    let started = Instant::now();
+    let out = tail(&bad, false, "refused");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("refuses this run (Unauthorized)"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -597,6 +597,13 @@ pub struct Nginx {
     _dir: tempfile::TempDir,
 }
 
+impl Nginx {
+    /// What nginx wrote to its access log so far.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("access.log")).unwrap_or_default()
+    }
+}
+
 impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -611,10 +618,16 @@ pub fn nginx(port: u16, upstream: &str) -> Nginx {
         .expect("nginx is not installed: scripts/test installs Debian's `nginx` package");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
+    // The sample config's own access-log format (it keeps query strings, and so tokens, out).
+    let sample = include_str!("../docs/reverse-proxy.nginx.conf");
+    let log_format = sample
+        .lines()
+        .find(|l| l.starts_with("log_format "))
+        .expect("docs/reverse-proxy.nginx.conf has its log_format");
     let conf = format!(
         "worker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
          events {{ worker_connections 512; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+         http {{\n  {log_format}\n  access_log {d}/access.log stepstream_no_query;\n  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
            fastcgi_temp_path {d}/fastcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
            map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}\n\
            upstream hubs {{\n{upstream}\n  }}\n\

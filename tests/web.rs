@@ -324,3 +324,45 @@ fn alerts_show_in_the_list_and_as_markers_on_the_chart() {
     page.wait("the linked run open", Duration::from_secs(10),
         "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); return c && +c.dataset.points == 101; })()");
 }
+
+/// A copied link must not carry the read token: the page takes `?token=` out of the address
+/// bar as it opens, never writes it back, and still reads with it (after a reload too, from
+/// the tab's session storage).
+#[test]
+fn the_page_keeps_its_token_out_of_the_address_bar() {
+    let hub = Hub::start_with_tokens("", &[]);
+    let mut o = Options::new(&hub.ws(), "web", "tokened");
+    o.token = Some("w".into());
+    let run = Collector::start(o).unwrap();
+    for step in 0..50 {
+        run.log(step, &[("loss", 1.0 / (step + 1) as f64)]);
+    }
+    let id = run.run_id().to_string();
+    assert!(run.finish(Outcome::Finished).delivered);
+    let mut page = Browser::open(&format!("http://{}/?lang=en&token=r&runs={id}", hub.addr()));
+    page.wait(
+        "the run listed",
+        Duration::from_secs(20),
+        "document.querySelectorAll('tr.run').length == 1",
+    );
+    page.wait("its chart drawn", Duration::from_secs(20), &chart("loss"));
+    let href = page.eval("location.href");
+    let href = href.as_str().unwrap();
+    assert!(!href.contains("token"), "{href}");
+    assert!(
+        href.contains(&format!("runs={id}")),
+        "the view stays: {href}"
+    );
+    // A change of view writes the URL again: still without the token.
+    click_run(&mut page, &id);
+    let href = page.eval("location.href + ' ' + history.length");
+    assert!(!href.as_str().unwrap().contains("token"), "{href}");
+    // A reload of the tokenless address still reads.
+    page.eval("location.reload()");
+    std::thread::sleep(Duration::from_millis(500));
+    page.wait(
+        "the run listed after a reload",
+        Duration::from_secs(20),
+        "document.querySelectorAll('tr.run').length == 1",
+    );
+}

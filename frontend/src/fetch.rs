@@ -48,7 +48,7 @@ pub fn api_base() -> String {
 /// An API path with the page's read token, if it has one.
 pub fn api_url(path_and_query: &str) -> String {
     let mut url = format!("{}{path_and_query}", api_base());
-    if let Some(t) = crate::query_param("token") {
+    if let Some(t) = crate::page_token() {
         url.push(if url.contains('?') { '&' } else { '?' });
         url.push_str("token=");
         url.push_str(&String::from(js_sys::encode_uri_component(&t)));

@@ -3,7 +3,8 @@
 //! same view and the back button steps through views.
 //!
 //! `?runs=A,B&x0=..&x1=..&smooth=0.6&axis=wall&theme=dark&lang=zh`; other parameters
-//! (`token`, `hub`, `stale`, `run`) are kept as they are.
+//! (`hub`, `stale`, `run`) are kept as they are. `token` never: the page takes it out of the
+//! address bar as it opens (`page_token`), so no link it writes carries it.
 
 use crate::chart::scale::Axis;
 use crate::i18n::Lang;
@@ -131,7 +132,9 @@ impl View {
         let Ok(q) = web_sys::UrlSearchParams::new_with_str(search) else {
             return String::new();
         };
-        for k in ["runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang"] {
+        for k in [
+            "runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang", "token",
+        ] {
             q.delete(k);
         }
         if !self.runs.is_empty() {

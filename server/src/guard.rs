@@ -61,6 +61,19 @@ fn split_host(hostport: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// Whether an `--allow-host` value names this machine's loopback (`localhost`, `127.0.0.1`,
+/// `[::1]`, with or without a port): only clients on this machine use such a name.
+pub fn names_loopback(hostport: &str) -> bool {
+    let lower = hostport.to_ascii_lowercase();
+    let (name, _) = split_host(&lower);
+    name == "localhost"
+        || name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 impl Guard {
     pub fn new(bound: SocketAddr, hosts: Vec<String>, origins: Vec<String>) -> Guard {
         Guard {
@@ -83,7 +96,14 @@ impl Guard {
         let port_ok = port.is_none_or(|p| p == bound.port());
         if self.hosts.iter().any(|h| {
             let (n, p) = split_host(h);
-            n == name && p.is_none_or(|p| Some(p) == port)
+            // A browser leaves a scheme's default port out of `Host`: `--allow-host
+            // name:443` (or `:80`) is what `Host: name` means behind a TLS proxy.
+            n == name
+                && match (p, port) {
+                    (None, _) => true,
+                    (Some(p), Some(port)) => p == port,
+                    (Some(p), None) => p == 443 || p == 80,
+                }
         }) {
             return true;
         }
@@ -241,6 +261,31 @@ mod tests {
         ] {
             assert!(!g.host_ok(bad), "{bad}");
         }
+    }
+
+    /// Behind a TLS proxy the browser sends `Host: name`, without the default port that
+    /// `--allow-host name:443` names.
+    #[test]
+    fn an_allowed_hosts_default_port_matches_a_host_without_one() {
+        let g = Guard::new(
+            "127.0.0.1:7070".parse().unwrap(),
+            vec!["hub.example.org:443".into(), "plain.example.org:80".into()],
+            vec![],
+        );
+        for ok in [
+            "hub.example.org",
+            "hub.example.org:443",
+            "plain.example.org",
+            "plain.example.org:80",
+        ] {
+            assert!(g.host_ok(ok), "{ok}");
+        }
+        for bad in ["hub.example.org:8443", "plain.example.org:443"] {
+            assert!(!g.host_ok(bad), "{bad}");
+        }
+        assert!(names_loopback("localhost:7070") && names_loopback("[::1]:80"));
+        assert!(names_loopback("127.0.0.2") && !names_loopback("hub.example.org:443"));
+        assert!(!names_loopback("10.0.0.5"));
     }
 
     #[test]

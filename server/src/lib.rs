@@ -115,6 +115,13 @@ pub enum ServeError {
              or pass --insecure-no-auth if this network is trusted"
     )]
     OpenBeyondLoopback(SocketAddr),
+    #[error(
+        "refusing to serve {0:?} (--allow-host) without tokens: a proxy brings that name's \
+         clients from beyond loopback. Set a write token and a read token \
+         (--write-token/--read-token or STEPSTREAM_WRITE_TOKEN/STEPSTREAM_READ_TOKEN), or pass \
+         --insecure-no-auth if that network is trusted"
+    )]
+    OpenBehindProxy(String),
     #[error("cannot open the database {path}: {source}")]
     Store {
         path: String,
@@ -190,6 +197,17 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         && !settings.insecure_no_auth
     {
         return Err(ServeError::OpenBeyondLoopback(settings.bind));
+    }
+    // Bound to loopback behind a reverse proxy, the hub is reached from beyond loopback all
+    // the same: a name other than loopback's in `--allow-host` says so.
+    if let Some(name) = settings
+        .allowed_hosts
+        .iter()
+        .find(|h| !guard::names_loopback(h))
+    {
+        if !settings.auth.guards_reads_and_writes() && !settings.insecure_no_auth {
+            return Err(ServeError::OpenBehindProxy(name.clone()));
+        }
     }
     let location = match &settings.store {
         Some(url) => store::Location::Postgres { url: url.clone() },
