@@ -356,12 +356,24 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
         page_response.headers["content-security-policy"],
         format!("frame-ancestors 'self' {}", site.origin())
     );
-    // The web app itself may be framed by nobody else.
-    let app = http_request(&hub.addr(), "GET", "/", &[]);
-    assert_eq!(
-        app.headers["content-security-policy"],
-        "frame-ancestors 'self'"
-    );
+    // The web app itself may be framed by nobody else, and each page keeps its policy by
+    // whichever path it is asked for (`/index.html`, `/embed.html` once had none).
+    for (path, policy) in [
+        ("/", "frame-ancestors 'self'".to_string()),
+        ("/index.html", "frame-ancestors 'self'".to_string()),
+        (
+            "/embed.html",
+            format!("frame-ancestors 'self' {}", site.origin()),
+        ),
+    ] {
+        let page = http_request(&hub.addr(), "GET", path, &[]);
+        assert_eq!(page.status, 200, "{path}");
+        assert_eq!(
+            page.headers.get("content-security-policy"),
+            Some(&policy),
+            "{path}"
+        );
+    }
 
     // Not live: the history once, then no more points, and the box says so.
     page.navigate(&format!("http://{}/embed?run={a}&live=false", hub.addr()));

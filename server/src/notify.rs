@@ -127,7 +127,59 @@ pub struct Notice {
     pub link: Option<String>,
 }
 
+/// Text people named (project, run, rule) or the hub wrote about them, made inert for a
+/// channel that formats: a run named `**x**` or `[click](http://evil)` must show as itself,
+/// and one holding `<@all>` or `<at user_id="all">` must not page a whole group.
+#[derive(Clone, Copy)]
+enum Escape {
+    /// DingTalk's and WeCom's markdown: emphasis, code, link brackets and tables
+    /// backslash-escaped (headings and lists at the start), `<`, `>` and `&` as entities
+    /// (WeCom reads `<font>` and `<@user>` in it).
+    Markdown,
+    /// Slack's mrkdwn: `&`, `<` and `>` as entities, its documented escapes (formatting is
+    /// also turned off for the message).
+    Slack,
+    /// Feishu's plain text: only its `<at ...>` tags are special; angle brackets become
+    /// full-width ones.
+    FeishuText,
+}
+
+fn escape(s: &str, how: Escape) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, c) in s.chars().enumerate() {
+        match (how, c) {
+            // A heading or a list only where a line starts.
+            (Escape::Markdown, '#' | '-' | '+') if i == 0 => {
+                out.push('\\');
+                out.push(c);
+            }
+            (Escape::Markdown, '<') | (Escape::Slack, '<') => out.push_str("&lt;"),
+            (Escape::Markdown, '>') | (Escape::Slack, '>') => out.push_str("&gt;"),
+            (Escape::Markdown, '&') | (Escape::Slack, '&') => out.push_str("&amp;"),
+            (Escape::Markdown, c) if "\\`*_[]|~".contains(c) => {
+                out.push('\\');
+                out.push(c);
+            }
+            (Escape::FeishuText, '<') => out.push('\u{ff1c}'),
+            (Escape::FeishuText, '>') => out.push('\u{ff1e}'),
+            (_, c) => out.push(c),
+        }
+    }
+    out
+}
+
 impl Notice {
+    /// The notice with every field people control escaped for `how`.
+    fn escaped(&self, how: Escape) -> Notice {
+        Notice {
+            project: escape(&self.project, how),
+            run_name: escape(&self.run_name, how),
+            rule: escape(&self.rule, how),
+            message: escape(&self.message, how),
+            ..self.clone()
+        }
+    }
+
     fn title(&self) -> String {
         let what = if self.state == "fired" {
             "ALERT"
@@ -195,15 +247,18 @@ fn url_encode(s: &str) -> String {
 pub fn request(channel: &Channel, n: &Notice, now: f64) -> Option<(String, serde_json::Value)> {
     Some(match channel {
         Channel::Webhook { url } => (url.clone(), serde_json::to_value(n).ok()?),
-        Channel::Slack { url } => (url.clone(), json!({ "text": n.text() })),
+        Channel::Slack { url } => (
+            url.clone(),
+            json!({ "text": n.escaped(Escape::Slack).text(), "mrkdwn": false }),
+        ),
         Channel::Wecom { url } => (
             url.clone(),
-            json!({ "msgtype": "markdown", "markdown": { "content": n.markdown() } }),
+            json!({ "msgtype": "markdown", "markdown": { "content": n.escaped(Escape::Markdown).markdown() } }),
         ),
         Channel::Dingtalk { url, secret } => {
             let body = json!({
                 "msgtype": "markdown",
-                "markdown": { "title": n.title(), "text": n.markdown() },
+                "markdown": { "title": n.title(), "text": n.escaped(Escape::Markdown).markdown() },
             });
             let url = match secret {
                 Some(secret) => {
@@ -218,7 +273,7 @@ pub fn request(channel: &Channel, n: &Notice, now: f64) -> Option<(String, serde
             (url, body)
         }
         Channel::Feishu { url, secret } => {
-            let mut body = json!({ "msg_type": "text", "content": { "text": n.text() } });
+            let mut body = json!({ "msg_type": "text", "content": { "text": n.escaped(Escape::FeishuText).text() } });
             if let Some(secret) = secret {
                 // open.feishu.cn: sign = base64(HMAC-SHA256(key = "ts\nsecret", message = ""))
                 let ts = now as i64;
@@ -508,6 +563,51 @@ mod tests {
         )
         .unwrap();
         assert_eq!(wecom["msgtype"], "markdown");
+    }
+
+    /// Names are people's: a run named to look like formatting, a link or a mention shows
+    /// as itself on every channel that formats.
+    #[test]
+    fn names_and_messages_are_inert_on_every_formatting_channel() {
+        let mut n = notice();
+        n.project = "<@all> **p**".into();
+        n.run_name = "[click](http://evil.example) <at user_id=\"all\">x</at>".into();
+        n.message = "loss is NaN & *bad* <!channel>".into();
+        let url = "http://x".to_string();
+        let (_, ding) = request(
+            &Channel::Dingtalk {
+                url: url.clone(),
+                secret: None,
+            },
+            &n,
+            0.0,
+        )
+        .unwrap();
+        let (_, wecom) = request(&Channel::Wecom { url: url.clone() }, &n, 0.0).unwrap();
+        for md in [
+            ding["markdown"]["text"].as_str().unwrap(),
+            wecom["markdown"]["content"].as_str().unwrap(),
+        ] {
+            assert!(md.contains("&lt;@all&gt; \\*\\*p\\*\\*"), "{md}");
+            assert!(md.contains("\\[click\\](http://evil.example)"), "{md}");
+            assert!(md.contains("lr-3e-4") || !md.contains("lr"), "{md}");
+            assert!(!md.contains("<at") && !md.contains("<@"), "{md}");
+            assert!(md.contains("[open the run](http://hub/?run=r1)"), "{md}");
+        }
+        let (_, slack) = request(&Channel::Slack { url: url.clone() }, &n, 0.0).unwrap();
+        let text = slack["text"].as_str().unwrap();
+        assert!(
+            text.contains("&lt;!channel&gt;") && text.contains("NaN &amp; *bad*"),
+            "{text}"
+        );
+        assert!(!text.contains("<@") && !text.contains("<!"), "{text}");
+        assert_eq!(slack["mrkdwn"], false);
+        let (_, feishu) = request(&Channel::Feishu { url, secret: None }, &n, 0.0).unwrap();
+        let text = feishu["content"]["text"].as_str().unwrap();
+        assert!(
+            !text.contains('<') && text.contains("\u{ff1c}at user_id"),
+            "{text}"
+        );
     }
 
     #[test]

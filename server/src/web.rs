@@ -145,8 +145,21 @@ pub async fn embed(State(app): State<AppState>, headers: HeaderMap) -> Response 
     framed_by(page, &app.frame_ancestors)
 }
 
-pub async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
-    file(&name, &headers).unwrap_or_else(|| (StatusCode::NOT_FOUND, "not found").into_response())
+pub async fn asset(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(found) = file(&name, &headers) else {
+        return (StatusCode::NOT_FOUND, "not found").into_response();
+    };
+    // Every page carries its frame policy, by whichever path it is asked for
+    // (`/index.html` is `/`, `/embed.html` is `/embed`).
+    match name.as_str() {
+        "embed.html" => framed_by(found, &app.frame_ancestors),
+        n if n.ends_with(".html") => framed_by(found, ""),
+        _ => found,
+    }
 }
 
 #[cfg(test)]
