@@ -673,3 +673,69 @@ fn batches_in_flight_are_stored_in_order_and_nothing_after_a_refused_one() {
         "each batch once, in order"
     );
 }
+
+/// A collector socket opened by hand, up to its 101 (the handshake's response read whole).
+fn raw_collector_socket(hub: &Hub) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(hub.addr()).unwrap();
+    write!(
+        s,
+        "GET /ws/collector HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        hub.addr()
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+/// Forty sockets that each began a 15 MiB frame once made the hub hold ~630 MB before any
+/// hello: now a frame announcing more than a hello needs is refused as its header arrives,
+/// with the reason, and a thousand such sockets cost the hub little.
+#[test]
+fn sockets_starting_huge_frames_before_a_hello_are_refused_at_the_header() {
+    use std::io::{Read, Write};
+    let hub = Hub::start(&["--write-token", "w", "--read-token", "r"]);
+    let pid = hub.pid();
+    let before = rss_mb(pid);
+    // A 16 MiB masked binary frame's header and its first 64 KiB.
+    let mut start = vec![0x82u8, 0x80 | 127];
+    start.extend_from_slice(&(16u64 << 20).to_be_bytes());
+    start.extend_from_slice(&[0, 0, 0, 0]);
+    start.extend(std::iter::repeat_n(0u8, 64 * 1024));
+    let mut socks = Vec::new();
+    let mut most = 0f64;
+    for i in 0..1000 {
+        let mut s = raw_collector_socket(&hub);
+        // The header alone first: the refusal must not wait for the payload.
+        s.write_all(&start[..14]).unwrap();
+        if i == 0 {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut reply = [0u8; 512];
+            let n = s.read(&mut reply).expect("a refusal before any payload");
+            let text = String::from_utf8_lossy(&reply[..n]);
+            assert!(text.contains("before an accepted hello"), "{text:?}");
+        }
+        let _ = s.write_all(&start[14..]);
+        socks.push(s);
+        if i % 100 == 99 {
+            most = most.max(rss_mb(pid));
+        }
+    }
+    let grown = most.max(rss_mb(pid)) - before;
+    eprintln!("hub RSS {before:.1} MB before, at most {:.1} MB with 1,000 sockets each starting a 16 MiB frame", before + grown);
+    assert!(grown < 100.0, "hub memory grew {grown:.0} MB");
+    // The hub still serves everyone else.
+    drop(socks);
+    let mut o = options(&hub, "after");
+    o.token = Some("w".into());
+    let run = Collector::start(o).unwrap();
+    run.log(0, &[("loss", 1.0)]);
+    assert!(run.finish(Outcome::Finished).delivered);
+}

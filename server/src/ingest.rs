@@ -7,8 +7,11 @@
 use crate::hub::{Hub, InFlight, IngestError, Run, Submitted};
 use crate::store::StoreError;
 use crate::AppState;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{ConnectInfo, State};
+use crate::upgrade::{Gate, Socket, HELLO_LIMIT};
+use axum::extract::{ConnectInfo, Request, State};
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
@@ -25,11 +28,6 @@ use stepstream_protocol::{
 /// decoder and gets a clear error instead of a dropped connection.
 pub const SOCKET_LIMIT: usize = codec::MAX_FRAME_LEN + 64 * 1024;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Until a hello is authenticated, frames above this are refused without being decoded: a
-/// peer without a token gets no more of the decoder than a hello needs (its config JSON
-/// included).
-pub const HELLO_LIMIT: usize = 256 * 1024;
-
 /// Numbers each collector connection, so a run's writer claim names one connection.
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 
@@ -68,40 +66,57 @@ pub(crate) const SOCKET_READ_BUFFER: usize = 16 * 1024;
 pub async fn collector_socket(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ws: WebSocketUpgrade,
+    req: Request,
 ) -> Response {
-    let slot = match connection_slot(&app, peer) {
-        Ok(slot) => slot,
-        Err(refused) => return refused.into_response(),
+    // Sockets that have not presented a token yet are few and cheap: a global count of them
+    // (not one per address, which a proxy or a NAT shares), each bounded by the gate.
+    let Some(pending) = app.pending_hellos.clone().try_acquire_owned().ok() else {
+        tracing::warn!(%peer, "collector socket refused: too many connections awaiting their hello");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many connections are awaiting their hello (limit pending_hellos); retry later\n",
+        )
+            .into_response();
     };
-    ws.max_message_size(SOCKET_LIMIT)
-        .max_frame_size(SOCKET_LIMIT)
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(SOCKET_LIMIT))
+        .max_frame_size(Some(SOCKET_LIMIT))
         // tungstenite zero-fills its whole read buffer before each read: at its 128 KiB
         // default that memset was a tenth of a fleet hub's CPU (perf), for frames that are
         // mostly a few hundred bytes. Big batches are still read whole, in more reads.
-        .read_buffer_size(SOCKET_READ_BUFFER)
-        .on_upgrade(move |socket| async move {
-            let _slot = slot;
-            let sockets = app.sockets.clone();
-            let _open = crate::metrics::Open::new(&sockets.collectors);
-            let mut conn = Conn {
-                socket,
-                id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
-                token: None,
-            };
-            if let Err(refusal) = serve(&app, &mut conn).await {
-                tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
-                conn.send(FromHub::HubError(refusal)).await;
-                let _ = conn.socket.send(Message::Close(None)).await;
-            }
-        })
+        .read_buffer_size(SOCKET_READ_BUFFER);
+    crate::upgrade::upgrade(req, config, move |socket, gate| async move {
+        let sockets = app.sockets.clone();
+        let _open = crate::metrics::Open::new(&sockets.collectors);
+        let mut conn = Conn {
+            socket,
+            id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
+            token: None,
+            gate,
+            pending: Some(pending),
+            slot: None,
+            peer,
+        };
+        if let Err(refusal) = serve(&app, &mut conn).await {
+            tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
+            conn.send(FromHub::HubError(refusal)).await;
+            let _ = conn.socket.send(Message::Close(None)).await;
+        }
+    })
 }
 
 struct Conn {
-    socket: WebSocket,
+    socket: Socket,
     id: u64,
     /// The hello's token: checked again whenever the tokens change.
     token: Option<String>,
+    /// Opened once the hello is accepted: until then frames are bounded as they arrive.
+    gate: Arc<Gate>,
+    /// A place among the sockets awaiting their hello, given back once it is accepted.
+    pending: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// This address's connection slot, taken once the hello is accepted.
+    slot: Option<crate::limits::Slot>,
+    peer: SocketAddr,
 }
 
 impl Conn {
@@ -116,9 +131,12 @@ impl Conn {
     /// peer closed.
     async fn next(&mut self, limit: usize) -> Result<Option<ToHub>, HubError> {
         loop {
-            match self.socket.recv().await {
+            match self.socket.next().await {
                 None | Some(Ok(Message::Close(_))) => return Ok(None),
                 Some(Err(e)) => {
+                    if let Some(why) = self.gate.refusal() {
+                        return Err(fatal(ErrorCode::ProtocolViolation, why));
+                    }
                     tracing::debug!(error = %e, "collector socket error");
                     return Ok(None);
                 }
@@ -206,11 +224,26 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
             ),
         ));
     }
+    // Authenticated: the address's slot now (a proxy's many clients or a stranger's sockets
+    // awaiting their hello do not take it), and the socket may send what a batch needs.
+    let slot = connection_slot(app, conn.peer).map_err(|too_many| {
+        fatal(
+            ErrorCode::Limit,
+            format!(
+                "{} already has {} open connections to this hub (limit connections_per_addr)",
+                too_many.peer.ip(),
+                too_many.limit
+            ),
+        )
+    })?;
+    conn.slot = Some(slot);
     let run = app
         .hub
         .open_run(hello.run, hello.writer, conn.id)
         .await
         .map_err(refusal)?;
+    conn.gate.open();
+    conn.pending = None;
     let (run_id, last_seq, last_step, metrics) = run.state(|st| {
         (
             st.identity.run_id.clone(),

@@ -25,6 +25,7 @@ pub mod limits;
 pub mod metrics;
 pub mod notify;
 pub mod store;
+pub mod upgrade;
 pub mod viewer;
 pub mod web;
 
@@ -103,8 +104,10 @@ pub struct AppState {
     /// The allowed origins as a `frame-ancestors` source list tail (` https://wiki.example`):
     /// who may frame `/embed`.
     pub frame_ancestors: Arc<str>,
-    /// For `/metrics`: open sockets, and each run's step at the previous scrape.
+    /// For `/metrics`: open sockets.
     pub sockets: Arc<metrics::Sockets>,
+    /// Places for collector sockets awaiting their hello (`pending_hellos`).
+    pub pending_hellos: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -276,6 +279,9 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             .collect::<String>()
             .into(),
         sockets: Arc::default(),
+        pending_hellos: Arc::new(tokio::sync::Semaphore::new(
+            settings.limits.pending_hellos,
+        )),
     };
     if let Some(path) = settings.tokens_file.clone() {
         tokio::spawn(auth::reload_on_change(state.auth.clone(), path));

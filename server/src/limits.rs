@@ -19,8 +19,12 @@ pub struct HubLimits {
     pub runs: usize,
     /// Runs one project may have.
     pub runs_per_project: usize,
-    /// Open WebSockets (collectors and viewers) from one address.
+    /// Open WebSockets (collectors and viewers) from one address; a collector's counts once
+    /// its hello is accepted.
     pub connections_per_addr: usize,
+    /// Collector sockets awaiting their hello, from all addresses together (each costs a
+    /// few KiB: see `upgrade.rs`).
+    pub pending_hellos: usize,
     /// The largest point budget a viewer may ask for.
     pub viewer_budget: u32,
 }
@@ -32,6 +36,7 @@ impl Default for HubLimits {
             runs: 100_000,
             runs_per_project: 20_000,
             connections_per_addr: 1024,
+            pending_hellos: 4096,
             viewer_budget: 1_000_000,
         }
     }
@@ -50,6 +55,10 @@ pub const NAMES: &[(&str, &str)] = &[
     ("runs", "runs the hub keeps"),
     ("runs_per_project", "runs one project may have"),
     ("connections_per_addr", "open WebSockets from one address"),
+    (
+        "pending_hellos",
+        "collector sockets awaiting their hello, from all addresses",
+    ),
     ("viewer_budget", "points per metric a viewer may ask for"),
 ];
 
@@ -85,6 +94,7 @@ impl HubLimits {
             "runs" => self.runs = value as usize,
             "runs_per_project" => self.runs_per_project = value as usize,
             "connections_per_addr" => self.connections_per_addr = value as usize,
+            "pending_hellos" => self.pending_hellos = value as usize,
             "viewer_budget" => self.viewer_budget = small(value)?,
             other => {
                 return Err(format!(
