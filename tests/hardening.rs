@@ -691,7 +691,11 @@ fn raw_collector_socket(hub: &Hub) -> std::net::TcpStream {
         s.read_exact(&mut byte).unwrap();
         head.push(byte[0]);
     }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     s
 }
 

@@ -3,7 +3,7 @@
 
 use crate::util::*;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_foreign_origin_is_refused_on_both_sockets_and_the_api_and_allowed_ones_are_served() {
@@ -413,4 +413,32 @@ fn scoped_tokens_write_and_read_only_their_projects_and_runs() {
         "{:?}",
         viewer.run_list
     );
+}
+
+/// A connection that sends nothing, or its headers a byte at a time, is closed within the
+/// hub's header-read timeout (10 s) instead of holding a task forever.
+#[test]
+fn connections_that_send_nothing_or_only_part_of_a_head_are_closed() {
+    use std::io::{Read, Write};
+    let hub = Hub::start(&[]);
+    let silent = std::net::TcpStream::connect(hub.addr()).unwrap();
+    let mut partial = std::net::TcpStream::connect(hub.addr()).unwrap();
+    partial
+        .write_all(b"GET /api/runs HTTP/1.1\r\nHost: ")
+        .unwrap();
+    let started = Instant::now();
+    for mut s in [silent, partial] {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = [0u8; 1024];
+        // Closed: a read returns 0 (or an error once reset), well before 20 s.
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break started.elapsed(),
+                Ok(_) => continue,
+            }
+        };
+        assert!(closed < Duration::from_secs(15), "open for {closed:?}");
+    }
+    // Whoever sends a whole request is served as before.
+    assert_eq!(hub.get("/api/runs").status, 200);
 }

@@ -6,14 +6,12 @@
 
 use crate::hub::{Hub, InFlight, IngestError, Run, Submitted};
 use crate::store::StoreError;
-use crate::AppState;
 use crate::upgrade::{Gate, Socket, HELLO_LIMIT};
+use crate::AppState;
 use axum::extract::{ConnectInfo, Request, State};
-use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +21,8 @@ use stepstream_protocol::{
     codec, Ack, Batch, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, RunStatus, ToHub,
     Welcome,
 };
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
 
 /// Socket-level message limit: a little above the codec's, so an oversized frame reaches the
 /// decoder and gets a clear error instead of a dropped connection.

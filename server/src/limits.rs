@@ -25,6 +25,8 @@ pub struct HubLimits {
     /// Collector sockets awaiting their hello, from all addresses together (each costs a
     /// few KiB: see `upgrade.rs`).
     pub pending_hellos: usize,
+    /// Open connections (HTTP and WebSocket) from all addresses together.
+    pub connections: usize,
     /// The largest point budget a viewer may ask for.
     pub viewer_budget: u32,
 }
@@ -37,6 +39,7 @@ impl Default for HubLimits {
             runs_per_project: 20_000,
             connections_per_addr: 1024,
             pending_hellos: 4096,
+            connections: 16_384,
             viewer_budget: 1_000_000,
         }
     }
@@ -55,6 +58,10 @@ pub const NAMES: &[(&str, &str)] = &[
     ("runs", "runs the hub keeps"),
     ("runs_per_project", "runs one project may have"),
     ("connections_per_addr", "open WebSockets from one address"),
+    (
+        "connections",
+        "open connections, HTTP and WebSocket, from all addresses",
+    ),
     (
         "pending_hellos",
         "collector sockets awaiting their hello, from all addresses",
@@ -95,6 +102,7 @@ impl HubLimits {
             "runs_per_project" => self.runs_per_project = value as usize,
             "connections_per_addr" => self.connections_per_addr = value as usize,
             "pending_hellos" => self.pending_hellos = value as usize,
+            "connections" => self.connections = value as usize,
             "viewer_budget" => self.viewer_budget = small(value)?,
             other => {
                 return Err(format!(

@@ -196,10 +196,8 @@ where
     let headers = req.headers();
     let has = |name: header::HeaderName, token: &str| {
         headers.get_all(name).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case(token))
-            })
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
         })
     };
     let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
@@ -219,7 +217,11 @@ where
             .into_response();
     };
     let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return (StatusCode::BAD_REQUEST, "this connection cannot be upgraded\n").into_response();
+        return (
+            StatusCode::BAD_REQUEST,
+            "this connection cannot be upgraded\n",
+        )
+            .into_response();
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     tokio::spawn(async move {
