@@ -346,6 +346,7 @@ fn raw_subscribe(s: &mut std::net::TcpStream, hub: &Hub, run: &RunId) {
         metrics: None,
         from_step: None,
         budget: None,
+        after_seq: None,
     })
     .encode();
     // A masked binary frame (clients must mask); the mask is zero, so bytes go as they are.

@@ -261,3 +261,63 @@ fn tail_takes_its_token_from_a_file_and_stops_when_refused() {
         started.elapsed()
     );
 }
+
+/// A reconnecting viewer once asked for "steps after the highest step held", and the hub cut
+/// live batches the same way: a late evaluation at an earlier step, or a resumed run that
+/// rewinds, was lost for the rest of the subscription. It resumes by batch sequence number.
+#[test]
+fn a_resubscription_gets_late_and_rewound_points_after_what_it_holds_exactly_once() {
+    use stepstream_collector::{Collector, Options, Outcome};
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "p", "rewinds")).unwrap();
+    for s in 0..100 {
+        run.log(s, &[("loss", s as f64)]);
+    }
+    run.flush();
+    let id = run.run_id().clone();
+    wait_for(
+        "the first 100 steps stored",
+        Duration::from_secs(20),
+        || (hub.run_json(id.as_str())?["records"] == 100).then_some(()),
+    );
+    let mut first = Viewer::connect(&hub);
+    first.subscribe(std::slice::from_ref(&id), None);
+    assert!(first.pump(Duration::from_secs(20), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.count("loss") == 100)));
+    let held = first.runs[&id].through_seq;
+    drop(first);
+    // While it is away: an evaluation at an earlier step, then a rewind (a resumed run).
+    run.log(50, &[("eval_loss", 0.5)]);
+    run.flush();
+    std::thread::sleep(Duration::from_millis(100));
+    for s in 60..80 {
+        run.log(s, &[("loss", -(s as f64))]);
+    }
+    run.flush();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = Viewer::connect(&hub);
+    again.subscribe_after(std::slice::from_ref(&id), held);
+    // And live, after it resubscribed: another late evaluation.
+    assert!(again.pump(Duration::from_secs(5), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.count("loss") == 20)));
+    run.log(10, &[("eval_loss", 0.25)]);
+    assert!(run.finish(Outcome::Finished).delivered);
+    assert!(
+        again.pump(Duration::from_secs(20), |v| v.runs.get(&id).is_some_and(
+            |s| s.count("eval_loss") == 2 && s.status == Some(RunStatus::Finished)
+        ))
+    );
+    let seen = &again.runs[&id];
+    let loss = &seen.points["loss"];
+    assert_eq!(loss.len(), 20, "only what came after the held batches");
+    assert!(loss
+        .iter()
+        .all(|(s, (n, v))| (60..80).contains(s) && *n == 1 && *v == -(*s as f64)));
+    let eval = &seen.points["eval_loss"];
+    assert_eq!(eval.get(&50), Some(&(1, 0.5)));
+    assert_eq!(eval.get(&10), Some(&(1, 0.25)));
+}

@@ -384,6 +384,18 @@ impl Viewer {
             metrics: None,
             from_step: None,
             budget,
+            after_seq: None,
+        }));
+    }
+
+    /// Resubscribes as a reconnecting page does: it holds the runs' batches through `held`.
+    pub fn subscribe_after(&mut self, runs: &[RunId], held: u64) {
+        self.send(FromViewer::Subscribe(Subscribe {
+            runs: runs.to_vec(),
+            metrics: None,
+            from_step: None,
+            budget: None,
+            after_seq: Some(held),
         }));
     }
 

@@ -366,3 +366,58 @@ fn the_page_keeps_its_token_out_of_the_address_bar() {
         "document.querySelectorAll('tr.run').length == 1",
     );
 }
+
+/// After a hub restart the page resumes by batch sequence number: an evaluation logged at an
+/// earlier step and a resumed run's rewind reach the charts, each point once. (It asked for
+/// steps after the highest one held, and lost both.)
+#[test]
+fn after_a_hub_restart_late_and_rewound_points_are_drawn_once() {
+    let mut hub = Hub::start(&[]);
+    page_is_embedded(&hub);
+    let run = Collector::start(Options::new(&hub.ws(), "web", "rewinds")).unwrap();
+    for s in 0..300 {
+        run.log(s, &[("loss", 1.0 + s as f64 * 0.01)]);
+    }
+    run.flush();
+    let id = run.run_id().to_string();
+    let mut page = Browser::open(&format!("http://{}/?lang=en&runs={id}", hub.addr()));
+    let points = |metric: &str, n: usize| {
+        format!(
+            "(() => {{ const c = {}; return c && c.points == {n} ? c : null; }})()",
+            chart(metric)
+        )
+    };
+    page.wait("the history", Duration::from_secs(30), &points("loss", 300));
+    hub.kill9();
+    page.wait(
+        "reconnecting",
+        Duration::from_secs(10),
+        "document.querySelector('[data-conn=reconnecting]') != null",
+    );
+    hub.restart();
+    page.wait(
+        "live again",
+        Duration::from_secs(20),
+        "document.querySelector('[data-conn=live]') != null",
+    );
+    run.log(100, &[("eval_loss", 2.0)]);
+    run.flush();
+    std::thread::sleep(Duration::from_millis(100));
+    for s in 200..250 {
+        run.log(s, &[("loss", 0.5)]);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    page.wait(
+        "the late evaluation",
+        Duration::from_secs(20),
+        &points("eval_loss", 1),
+    );
+    page.wait("the rewind", Duration::from_secs(20), &points("loss", 350));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        page.eval(&points("loss", 350)).is_object(),
+        "each point once"
+    );
+    assert!(page.eval(&points("eval_loss", 1)).is_object());
+    page.screenshot("web-rewind-after-restart");
+}

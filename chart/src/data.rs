@@ -202,10 +202,18 @@ impl RunData {
                 series.push(step, v, s.times.get(i).copied().unwrap_or(f64::NAN));
             }
         }
-        self.through_seq = b.through_seq;
+        // Held only once the whole history is: a socket lost mid-backfill must not leave a
+        // resubscription continuing after batches the page never got.
         if b.done {
+            self.through_seq = b.through_seq;
             self.backfilled = true;
         }
+    }
+
+    /// The batches held, for a resubscription to continue after (`Subscribe::after_seq`);
+    /// `None` before any history arrived.
+    pub fn held_seq(&self) -> Option<u64> {
+        self.backfilled.then_some(self.through_seq)
     }
 
     /// Applies a live batch unless it is already held; returns whether it was applied.

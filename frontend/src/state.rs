@@ -51,19 +51,28 @@ fn send(msg: FromViewer) {
     });
 }
 
-/// The subscription that continues what the page holds for `run` (after a reconnect), or
-/// starts it afresh.
+/// The subscription that continues what the page holds for `run` (after a reconnect: the
+/// batches after the last one it holds, whatever their steps), or starts it afresh.
 pub fn subscription(run: &RunId) -> FromViewer {
-    let last = STORE.with(|s| s.borrow().runs.get(run).and_then(|d| d.last_step()));
+    let held = STORE.with(|s| {
+        let mut store = s.borrow_mut();
+        let held = store.runs.get(run).and_then(|d| d.held_seq());
+        if held.is_none() {
+            // Whatever part of a history arrived before the socket was lost comes again whole.
+            if let Some(d) = store.runs.get_mut(run) {
+                let smoothing = d.smoothing;
+                *d = Default::default();
+                d.smoothing = smoothing;
+            }
+        }
+        held
+    });
     FromViewer::Subscribe(Subscribe {
         runs: vec![run.clone()],
         metrics: None,
-        from_step: last.map(|s| s + 1),
-        budget: if last.is_some() {
-            None
-        } else {
-            Some(HISTORY_BUDGET)
-        },
+        from_step: None,
+        budget: held.is_none().then_some(HISTORY_BUDGET),
+        after_seq: held,
     })
 }
 

@@ -248,6 +248,11 @@ pub struct Subscribe {
     pub from_step: Option<i64>,
     /// Most points per metric in the history; the hub downsamples (M4) above it.
     pub budget: Option<u32>,
+    /// A resubscription: the viewer holds the run's batches through this sequence number;
+    /// it gets the stored batches after it, then live ones, whatever their steps (a late
+    /// evaluation at an earlier step, a resumed run that rewinds). A cut by step would lose
+    /// those for the rest of the subscription.
+    pub after_seq: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

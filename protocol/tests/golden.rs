@@ -144,6 +144,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 metrics: Some(vec!["loss".into()]),
                 from_step: Some(100),
                 budget: Some(2000),
+                after_seq: Some(41),
             })
             .encode(),
         ),

@@ -249,12 +249,17 @@ impl Connection {
                 if !w.subscribed {
                     w.subscribed = true;
                     w.probe = None;
-                    let last = w.data.last_step();
+                    let held = w.data.held_seq();
+                    if held.is_none() {
+                        // A history cut short by a lost socket comes again whole.
+                        w.data = RunData::default();
+                    }
                     subscribe.push(FromViewer::Subscribe(Subscribe {
                         runs: vec![run.clone()],
                         metrics: Some(w.metrics.iter().cloned().collect()),
-                        from_step: last.map(|s| s + 1),
-                        budget: last.is_none().then_some(HISTORY_BUDGET),
+                        from_step: None,
+                        budget: held.is_none().then_some(HISTORY_BUDGET),
+                        after_seq: held,
                     }));
                 }
             } else if w.probe.is_none() {

@@ -11,6 +11,8 @@ pub(super) struct Filter {
     ids: HashSet<MetricId>,
     pub(super) from_step: Option<i64>,
     pub(super) budget: Option<usize>,
+    /// What the viewer already holds (a resubscription): batches through this seq.
+    pub(super) after_seq: Option<u64>,
 }
 
 impl Filter {
@@ -20,6 +22,7 @@ impl Filter {
             ids: HashSet::new(),
             from_step: sub.from_step,
             budget: sub.budget.map(|b| b as usize),
+            after_seq: sub.after_seq,
         }
     }
 

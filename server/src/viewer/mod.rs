@@ -337,14 +337,19 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             }
         }
     }
-    let budget = filter.budget;
-    if backfill(&hub, &run, &filter, 0, through, budget, &out)
+    // A resubscription continues after the batches the viewer holds, exactly (no budget:
+    // what it misses is what arrived while it was away); a new one gets the whole history.
+    let (after, budget) = match filter.after_seq {
+        Some(held) => (held.min(through), None),
+        None => (0, filter.budget),
+    };
+    if backfill(&hub, &run, &filter, after, through, budget, &out)
         .await
         .is_break()
     {
         return;
     }
-    let mut last = through;
+    let mut last = through.max(filter.after_seq.unwrap_or(0));
     loop {
         let sent = match live.recv().await {
             Ok(LiveEvent::Batch {

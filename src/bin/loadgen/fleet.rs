@@ -83,6 +83,7 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
                 metrics: None,
                 from_step: None,
                 budget: None,
+                after_seq: None,
             });
             let _ = ws
                 .send(tokio_tungstenite::tungstenite::Message::Binary(

@@ -267,6 +267,7 @@ fn latency(hub: &str, rate: f64, seconds: f64) -> Result<()> {
         metrics: None,
         from_step: None,
         budget: None,
+        after_seq: None,
     });
     rt.block_on(ws.send(tokio_tungstenite::tungstenite::Message::Binary(
         sub.encode().into(),
