@@ -225,3 +225,42 @@ fn import_follow_streams_new_events_and_new_directories_until_stopped() {
     let id = &runs_by_name(&hub)["a"];
     assert_eq!(hub.json(&format!("/api/runs/{id}"))["status"], "finished");
 }
+
+/// Event files holding images reach gigabytes: they are read in bounded chunks (once a whole
+/// file was read into memory), and records that span chunk boundaries, or are larger than a
+/// chunk, are read whole.
+#[test]
+fn a_large_event_file_is_read_in_chunks_and_every_scalar_arrives() {
+    let hub = Hub::start(&[]);
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("events.out.tfevents.1.host");
+    let mut bytes = Vec::new();
+    for step in 0..60_000 {
+        bytes.extend(simple(step, 1_764_700_000.0 + step as f64, "loss", 1.0));
+    }
+    // A 9 MiB record (an image's worth) that is no scalar event, then more scalars.
+    let image = Value {
+        tag: "samples/image".into(),
+        tensor: Some(Tensor {
+            dtype: 7,
+            content: vec![0xAB; 9 << 20],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    bytes.extend(record(60_000, 1_764_760_000.0, image));
+    for step in 60_001..61_001 {
+        bytes.extend(simple(step, 1_764_700_000.0 + step as f64, "loss", 2.0));
+    }
+    append(&file, &bytes);
+    let out = Command::new(env!("CARGO_BIN_EXE_stepstream"))
+        .args(["import", root.path().to_str().unwrap(), "--hub", &hub.ws()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("loss: 61000 of 61000 values stored"), "{err}");
+    let runs = hub.json("/api/runs");
+    assert_eq!(runs["runs"][0]["records"], 61_000);
+    assert_eq!(runs["runs"][0]["last_step"], 61_000);
+}

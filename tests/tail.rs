@@ -267,3 +267,32 @@ fn tail_reads_a_mindformers_training_log_without_touching_the_script() {
         "monitor and progress lines of a step are one record"
     );
 }
+
+/// A line without an end (or a file that is no log) once grew the tail's memory without
+/// bound: a line past 1 MiB is skipped and reported, and the rows after it are read.
+#[test]
+fn a_line_longer_than_a_mebibyte_is_skipped_and_reported() {
+    let hub = Hub::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("m.csv");
+    append(&csv, "step,loss\n1,0.5\n");
+    append(&csv, &format!("2,{}\n", "9".repeat(3 << 20)));
+    append(&csv, "3,0.25\n");
+    let out = Command::new(BIN)
+        .args([
+            "tail",
+            "--no-follow",
+            "--hub",
+            &hub.ws(),
+            "--run-id",
+            "long",
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("longer than 1048576 bytes"), "{err}");
+    assert!(err.contains("loss: 2 of 2 values stored"), "{err}");
+    assert_eq!(hub.run_json("long").unwrap()["records"], 2);
+}

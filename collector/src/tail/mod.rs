@@ -240,11 +240,23 @@ pub fn tail(
     let mut pending = Vec::<u8>::new();
     let mut offset: u64 = 0;
     let mut chunk = vec![0u8; 64 * 1024];
+    // Inside a line past `MAX_LINE`: its bytes are dropped up to its end.
+    let mut discarding = false;
     loop {
         let n = file.read(&mut chunk).map_err(io)?;
         if n > 0 {
             offset += n as u64;
-            pending.extend_from_slice(&chunk[..n]);
+            let mut new = &chunk[..n];
+            if discarding {
+                match new.iter().position(|&b| b == b'\n') {
+                    Some(end) => {
+                        discarding = false;
+                        new = &new[end + 1..];
+                    }
+                    None => continue,
+                }
+            }
+            pending.extend_from_slice(new);
             let mut start = 0;
             while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
                 let line = String::from_utf8_lossy(&pending[start..start + end]).into_owned();
@@ -252,6 +264,11 @@ pub fn tail(
                 rows.line(&line)?;
             }
             pending.drain(..start);
+            if pending.len() > MAX_LINE {
+                rows.too_long();
+                pending.clear();
+                discarding = true;
+            }
             continue;
         }
         // At the end of what is written so far.
@@ -300,6 +317,10 @@ pub fn tail(
         }
     }
 }
+
+/// The longest line read: a file that is no log (or a line without an end) must not grow
+/// the tail's memory without bound. A longer line is skipped, and reported.
+pub const MAX_LINE: usize = 1 << 20;
 
 /// Which file a path names: its device and inode (a rotation changes them).
 fn file_identity(m: &std::fs::Metadata) -> (u64, u64) {
@@ -396,6 +417,16 @@ impl Rows<'_> {
         self.emit();
         self.open = Some(row);
         Ok(())
+    }
+
+    /// A line longer than [`MAX_LINE`]: skipped, counted as a bad row.
+    fn too_long(&mut self) {
+        self.line_no += 1;
+        eprintln!(
+            "stepstream tail: line {} skipped: longer than {MAX_LINE} bytes",
+            self.line_no
+        );
+        self.report.bad_rows += 1;
     }
 
     /// The index of a log's metric name.

@@ -100,11 +100,12 @@ fn half(bits: u16) -> f64 {
 impl Tensor {
     /// The value of a one-element tensor.
     pub fn scalar(&self) -> Option<f64> {
-        let elements: i64 = self
-            .shape
-            .as_ref()
-            .map_or(1, |s| s.dim.iter().map(|d| d.size).product());
-        if elements != 1 {
+        // Checked: a damaged (or hostile) shape's product overflows i64, which would panic
+        // (debug) or wrap around to 1 (release).
+        let elements = self.shape.as_ref().map_or(Some(1i64), |s| {
+            s.dim.iter().try_fold(1i64, |n, d| n.checked_mul(d.size))
+        });
+        if elements != Some(1) {
             return None;
         }
         let c = &self.content;
@@ -178,6 +179,26 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by review: 2^32 x 2^32 x 1 overflowed the product.
+    #[test]
+    fn a_shape_whose_product_overflows_is_no_scalar() {
+        let t = Tensor {
+            dtype: DT_FLOAT,
+            float_val: vec![1.0],
+            shape: Some(Shape {
+                dim: [1i64 << 32, 1 << 32, 1]
+                    .into_iter()
+                    .map(|size| Dim {
+                        size,
+                        ..Default::default()
+                    })
+                    .collect(),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(t.scalar(), None);
+    }
 
     #[test]
     fn simple_and_tensor_scalars() {

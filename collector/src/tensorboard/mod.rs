@@ -33,6 +33,9 @@ pub enum ImportError {
     },
 }
 
+/// Bytes of an event file read at a time.
+const READ_CHUNK: usize = 4 << 20;
+
 /// What an import did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ImportReport {
@@ -163,27 +166,49 @@ impl RunDir {
             return Ok(0);
         }
         file.seek(SeekFrom::Start(offset)).map_err(io)?;
-        let mut buf = Vec::with_capacity((len - offset) as usize);
-        file.read_to_end(&mut buf).map_err(io)?;
-        let (recs, used, damage) = records::split(&buf, offset);
+        // In bounded chunks: event files that hold images reach gigabytes, and only what a
+        // record needs is held (one record is at most `records::MAX_RECORD`).
+        let mut pos = offset;
+        let mut buf: Vec<u8> = Vec::new();
         let mut n = 0;
-        for data in recs {
-            match event::Event::decode_bytes(data) {
-                Ok(e) => {
-                    n += 1;
-                    self.event(&e, collector);
+        let mut want = READ_CHUNK;
+        loop {
+            let got = (&mut file)
+                .take(want.saturating_sub(buf.len()) as u64)
+                .read_to_end(&mut buf)
+                .map_err(io)?;
+            let (recs, used, damage) = records::split(&buf, pos);
+            for data in recs {
+                match event::Event::decode_bytes(data) {
+                    Ok(e) => {
+                        n += 1;
+                        self.event(&e, collector);
+                    }
+                    Err(_) => self.report.undecodable += 1,
                 }
-                Err(_) => self.report.undecodable += 1,
             }
-        }
-        self.offsets
-            .insert(path.to_path_buf(), offset + used as u64);
-        match damage {
-            Some(source) => Err(ImportError::Record {
-                path: path.to_path_buf(),
-                source,
-            }),
-            None => Ok(n),
+            pos += used as u64;
+            buf.drain(..used);
+            self.offsets.insert(path.to_path_buf(), pos);
+            if let Some(source) = damage {
+                return Err(ImportError::Record {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+            if got == 0 {
+                // The end of what is written: a record cut short waits for the next poll.
+                return Ok(n);
+            }
+            // A record longer than the chunk: read on until it is whole (split checked its
+            // length against the limit when its header was there).
+            want = match buf.get(..8) {
+                Some(len) if used == 0 => {
+                    let length = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+                    READ_CHUNK.max(12 + length.min(records::MAX_RECORD) as usize + 4)
+                }
+                _ => READ_CHUNK,
+            };
         }
     }
 
