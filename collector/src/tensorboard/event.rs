@@ -189,10 +189,7 @@ mod tests {
             shape: Some(Shape {
                 dim: [1i64 << 32, 1 << 32, 1]
                     .into_iter()
-                    .map(|size| Dim {
-                        size,
-                        ..Default::default()
-                    })
+                    .map(|size| Dim { size })
                     .collect(),
             }),
             ..Default::default()
