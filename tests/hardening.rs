@@ -744,3 +744,43 @@ fn sockets_starting_huge_frames_before_a_hello_are_refused_at_the_header() {
     run.log(0, &[("loss", 1.0)]);
     assert!(run.finish(Outcome::Finished).delivered);
 }
+
+/// "History goes out in chunks of one metric and at most 50,000 points": the raw path cut
+/// pages at whole batches, so one batch of 80,000 records of one metric went out as one
+/// series of 80,000 points.
+#[test]
+fn one_wide_batch_reaches_a_viewer_in_chunks_of_at_most_50000_points() {
+    let hub = Hub::start(&[]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("wide-batch", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    let records: Vec<StepRecord> = (0..80_000)
+        .map(|s| StepRecord {
+            step: s,
+            wall_time: 1_764_700_000.0 + s as f64,
+            values: vec![(MetricId(0), s as f64)],
+        })
+        .collect();
+    c.send(ToHub::Batch(Batch { seq: 1, records }));
+    assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
+    let id = RunId::new("wide-batch").unwrap();
+    let mut v = Viewer::connect(&hub);
+    v.subscribe(std::slice::from_ref(&id), None);
+    assert!(v.pump(Duration::from_secs(20), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.backfill_done)));
+    let seen = &v.runs[&id];
+    assert_eq!(seen.count("loss"), 80_000);
+    assert!(
+        seen.most_points_per_series <= 50_000,
+        "{}",
+        seen.most_points_per_series
+    );
+}

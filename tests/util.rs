@@ -287,6 +287,8 @@ pub struct Seen {
     pub backfill_done: bool,
     /// The most metrics one backfill frame carried.
     pub most_series_per_backfill: usize,
+    /// The most points one backfill series carried.
+    pub most_points_per_series: usize,
     pub live_batches: u64,
     pub resyncs: u64,
     pub status: Option<RunStatus>,
@@ -454,6 +456,9 @@ impl Viewer {
             ToViewer::Backfill(b) => {
                 let seen = self.runs.entry(b.run_id).or_default();
                 seen.most_series_per_backfill = seen.most_series_per_backfill.max(b.series.len());
+                for s in &b.series {
+                    seen.most_points_per_series = seen.most_points_per_series.max(s.steps.len());
+                }
                 for s in &b.series {
                     for (&step, &v) in s.steps.iter().zip(&s.values) {
                         seen.add(s.metric, step, v);

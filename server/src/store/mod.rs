@@ -34,12 +34,13 @@ pub type RunKey = i64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite refused (disk full, I/O error, locked database...).
+    /// SQLite refused (disk full, I/O error, locked database...). The engine's own error is
+    /// turned into words in its files (`sqlite/mod.rs`): only they name the engine crates.
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL refused or cannot be reached.
+    Sqlite(String),
+    /// PostgreSQL refused or cannot be reached (words from `postgres/mod.rs`).
     #[error("PostgreSQL error: {0}")]
-    Postgres(#[from] ::postgres::Error),
+    Postgres(String),
     /// A stored blob does not decode: the file was damaged or written by another version.
     #[error("corrupt record blob for run {run_key} batch {seq}")]
     Corrupt { run_key: RunKey, seq: u64 },

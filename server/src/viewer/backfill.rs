@@ -122,9 +122,16 @@ pub(super) async fn backfill(
             // Nothing stored past `from` (cannot happen below `through`): end here.
             let done = page.last_seq >= through || page.last_seq == from;
             from = page.last_seq;
-            // One metric per frame; the page's last frame says whether history is done.
-            let mut frames: Vec<Vec<Series>> =
-                page.chunk.take().into_iter().map(|s| vec![s]).collect();
+            // One metric per frame, at most CHUNK_VALUES points each (one batch may hold
+            // more than that of one metric); the page's last frame says whether history is
+            // done.
+            let mut frames: Vec<Vec<Series>> = page
+                .chunk
+                .take()
+                .into_iter()
+                .flat_map(|s| split_series(s.metric, s.steps, s.values, s.times))
+                .map(|s| vec![s])
+                .collect();
             if frames.is_empty() {
                 frames.push(Vec::new());
             }

@@ -285,3 +285,9 @@ fn each_batch<S>(
     }
     Ok(())
 }
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> StoreError {
+        StoreError::Postgres(e.to_string())
+    }
+}

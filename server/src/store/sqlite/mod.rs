@@ -282,3 +282,9 @@ fn each_batch<S>(
     }
     Ok(ControlFlow::Continue(()))
 }
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite(e.to_string())
+    }
+}
