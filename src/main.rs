@@ -72,8 +72,31 @@ struct ServeArgs {
     store: Option<String>,
     /// Join the hubs sharing `--store` through this NATS server (`nats://host:4222`): a
     /// viewer on any hub sees every run, and one hub judges each run.
-    #[arg(long, env = "STEPSTREAM_NATS", requires = "store")]
+    #[arg(
+        long,
+        env = "STEPSTREAM_NATS",
+        requires = "store",
+        hide_env_values = true
+    )]
     nats: Option<String>,
+    /// NATS user (with `--nats-password-file`).
+    #[arg(long, env = "STEPSTREAM_NATS_USER", requires = "nats_password_file")]
+    nats_user: Option<String>,
+    /// A file holding the NATS user's password.
+    #[arg(long, env = "STEPSTREAM_NATS_PASSWORD_FILE", requires = "nats_user")]
+    nats_password_file: Option<PathBuf>,
+    /// A file holding a NATS token.
+    #[arg(long, env = "STEPSTREAM_NATS_TOKEN_FILE")]
+    nats_token_file: Option<PathBuf>,
+    /// A file holding a NATS nkey seed (`SU...`).
+    #[arg(long, env = "STEPSTREAM_NATS_NKEY_FILE")]
+    nats_nkey_file: Option<PathBuf>,
+    /// A NATS `.creds` file (JWT and nkey seed).
+    #[arg(long, env = "STEPSTREAM_NATS_CREDS")]
+    nats_creds: Option<PathBuf>,
+    /// PEM certificate(s) of the CA behind the NATS server's TLS certificate (TLS required).
+    #[arg(long, env = "STEPSTREAM_NATS_CA")]
+    nats_ca: Option<PathBuf>,
     /// Seconds without data or heartbeat after which a running run is stale.
     #[arg(long, default_value_t = 30.0)]
     stale_after: f64,
@@ -218,6 +241,14 @@ fn serve(args: ServeArgs) -> Result<()> {
         db: args.db,
         store: args.store,
         nats: args.nats,
+        nats_auth: stepstream_server::cluster::NatsAuth {
+            user: args.nats_user,
+            password: token(None, args.nats_password_file.as_deref())?,
+            token: token(None, args.nats_token_file.as_deref())?,
+            nkey_seed: token(None, args.nats_nkey_file.as_deref())?,
+            creds_file: args.nats_creds,
+            ca_file: args.nats_ca,
+        },
         policy: StatusPolicy {
             stale_after: seconds("--stale-after", args.stale_after)?,
             fail_after: if args.fail_after == 0.0 {
@@ -292,6 +323,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         db: args.db,
         store: None,
         nats: None,
+        nats_auth: Default::default(),
         policy: StatusPolicy {
             stale_after: Duration::from_secs(30),
             fail_after: Some(Duration::from_secs(600)),

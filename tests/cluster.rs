@@ -106,6 +106,11 @@ impl Nats {
     }
 
     pub fn start_on(port: u16) -> Nats {
+        Nats::start_with(port, &[])
+    }
+
+    /// With extra arguments (`--user`, `--pass`: a server that wants credentials).
+    pub fn start_with(port: u16, extra: &[&str]) -> Nats {
         // Debian puts it in /usr/sbin, which a non-root PATH may lack.
         let bin = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
             .into_iter()
@@ -113,6 +118,7 @@ impl Nats {
             .unwrap_or("nats-server");
         let child = Command::new(bin)
             .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -428,4 +434,62 @@ fn a_nats_outage_loses_no_point_for_viewers_on_other_hubs() {
     assert!(seen.duplicates("loss").is_empty());
     assert!(viewer.errors.is_empty(), "{:?}", viewer.errors);
     drop(nats);
+}
+
+/// A NATS server that wants credentials: the hub presents them from files (never from its
+/// command line), and neither the password in a `nats://user:password@` URL nor one from a
+/// file reaches its log or its error.
+#[test]
+fn hubs_authenticate_to_nats_and_keep_its_secrets_out_of_their_logs() {
+    let pg = Postgres::start();
+    let port = free_port();
+    let _nats = Nats::start_with(port, &["--user", "hub", "--pass", "n4ts-s3cret"]);
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("nats-password");
+    std::fs::write(&password, "n4ts-s3cret\n").unwrap();
+    let store = pg.url();
+    let bus = format!("nats://127.0.0.1:{port}");
+    // From files: it joins, and a run streams through it.
+    let a = Hub::start_logged(&[
+        "--store",
+        &store,
+        "--nats",
+        &bus,
+        "--nats-user",
+        "hub",
+        "--nats-password-file",
+        password.to_str().unwrap(),
+    ]);
+    // In the URL: it joins too, and says so without the password.
+    let with_userinfo = format!("nats://hub:n4ts-s3cret@127.0.0.1:{port}");
+    let b = Hub::start_logged(&["--store", &store, "--nats", &with_userinfo]);
+    let (run_id, writer) = stream(&a.ws(), "nats-auth");
+    assert!(writer.join().unwrap().delivered);
+    let mut viewer = watch(&b, &run_id);
+    assert!(viewer.pump(Duration::from_secs(30), |v| v
+        .runs
+        .get(&run_id)
+        .is_some_and(|s| s.count("loss") == STEPS as usize)));
+    for hub in [&a, &b] {
+        let log = hub.logged();
+        assert!(log.contains("joining the cluster through NATS"), "{log}");
+        assert!(!log.contains("n4ts-s3cret"), "{log}");
+    }
+    // A wrong password: the hub does not start, and its error names no secret.
+    let wrong = Command::new("timeout")
+        .args([
+            "60",
+            BIN,
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+        ])
+        .args(["--nats", &format!("nats://hub:wr0ng-pw@127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success(), "{said}");
+    assert!(!said.contains("wr0ng-pw"), "{said}");
 }

@@ -30,13 +30,48 @@ const OUTBOX: usize = 65_536;
 pub enum ClusterError {
     #[error("cannot reach NATS at {url}: {source}")]
     Connect {
+        /// Without its `user:password@`.
         url: String,
         source: async_nats::ConnectError,
+    },
+    #[error("NATS credentials {path}: {source}")]
+    Credentials {
+        path: std::path::PathBuf,
+        source: std::io::Error,
     },
     #[error("cannot subscribe to {SUBJECT}: {0}")]
     Subscribe(#[from] async_nats::SubscribeError),
     #[error("a cluster needs a shared store: pass --store postgres://... with --nats")]
     NotShared,
+}
+
+/// How a hub proves itself to NATS (all optional; a `nats://user:password@host` URL works
+/// too). Secrets come from files, not the command line.
+#[derive(Clone, Debug, Default)]
+pub struct NatsAuth {
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub token: Option<String>,
+    /// An nkey seed (`SU...`).
+    pub nkey_seed: Option<String>,
+    /// A `.creds` file (a JWT and its nkey seed).
+    pub creds_file: Option<std::path::PathBuf>,
+    /// PEM certificate(s) of the CA that signed the NATS server's certificate; requires TLS.
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+/// A NATS URL fit for a log line: its `user:password@` (or token) left out.
+pub fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|one| match one.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+                format!("{scheme}://{host}")
+            }
+            None => one.rsplit_once('@').map_or(one, |(_, h)| h).to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// This hub's place in a cluster: its id, and its way out to the others.
@@ -51,12 +86,61 @@ pub struct Cluster {
 
 impl Cluster {
     /// Connects to NATS (retrying until it answers) and starts the forwarding task.
-    pub async fn connect(url: &str) -> Result<(Arc<Cluster>, Reconnects), ClusterError> {
+    pub async fn connect(
+        url: &str,
+        auth: &NatsAuth,
+    ) -> Result<(Arc<Cluster>, Reconnects), ClusterError> {
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).expect("the OS random source");
         let hub_id = u64::from_le_bytes(id) | 1;
         let (reconnected, reconnects) = mpsc::channel(4);
-        let client = async_nats::ConnectOptions::new()
+        let mut options = async_nats::ConnectOptions::new();
+        // `nats://user:password@host` (or `nats://token@host`): the client library does not
+        // present a URL's credentials, so they are taken out and presented here.
+        let mut auth = auth.clone();
+        if let Some(userinfo) = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split(['/', ',']).next())
+            .and_then(|authority| authority.rsplit_once('@'))
+            .map(|(userinfo, _)| userinfo.to_string())
+        {
+            let decode = |s: &str| {
+                form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+                    .next()
+                    .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
+            };
+            match userinfo.split_once(':') {
+                Some((user, password)) if auth.user.is_none() => {
+                    auth.user = Some(decode(user));
+                    auth.password = Some(decode(password));
+                }
+                None if auth.token.is_none() => auth.token = Some(decode(&userinfo)),
+                _ => {}
+            }
+        }
+        let url = &redacted(url);
+        if let (Some(user), Some(password)) = (&auth.user, &auth.password) {
+            options = options.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &auth.token {
+            options = options.token(token.clone());
+        }
+        if let Some(seed) = &auth.nkey_seed {
+            options = options.nkey(seed.clone());
+        }
+        if let Some(path) = &auth.creds_file {
+            options = options.credentials_file(path).await.map_err(|source| {
+                ClusterError::Credentials {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+        if let Some(ca) = &auth.ca_file {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        tracing::info!(%url, "joining the cluster through NATS");
+        let client = options
             .name(format!("stepstream-hub-{hub_id:016x}"))
             .event_callback(move |event| {
                 let reconnected = reconnected.clone();
@@ -78,7 +162,7 @@ impl Cluster {
             .connect(url)
             .await
             .map_err(|source| ClusterError::Connect {
-                url: url.to_string(),
+                url: url.clone(),
                 source,
             })?;
         let (outbox, mut queued) = mpsc::channel::<Vec<u8>>(OUTBOX);
@@ -143,3 +227,21 @@ impl Cluster {
 
 /// Signals that NATS (re)connected.
 pub struct Reconnects(mpsc::Receiver<()>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nats_url_is_logged_without_its_secrets() {
+        assert_eq!(
+            redacted("nats://hub:s3cret@nats.lab:4222"),
+            "nats://nats.lab:4222"
+        );
+        assert_eq!(
+            redacted("nats://t0ken@a:4222,nats://b:4222"),
+            "nats://a:4222,nats://b:4222"
+        );
+        assert_eq!(redacted("tls://nats.lab"), "tls://nats.lab");
+    }
+}

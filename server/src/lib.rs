@@ -58,6 +58,8 @@ pub struct Settings {
     pub store: Option<String>,
     /// A NATS URL: join the other hubs sharing `store` (see `cluster.rs`).
     pub nats: Option<String>,
+    /// How this hub authenticates to NATS.
+    pub nats_auth: cluster::NatsAuth,
     pub policy: StatusPolicy,
     pub auth: Auth,
     /// The `--tokens` file the scoped tokens came from: re-read when it changes.
@@ -250,7 +252,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         if !hub.store.shared() {
             return Err(cluster::ClusterError::NotShared.into());
         }
-        let (cluster, reconnects) = cluster::Cluster::connect(url).await?;
+        let (cluster, reconnects) = cluster::Cluster::connect(url, &settings.nats_auth).await?;
         hub.join(cluster.clone());
         let follower = cluster.follow(Arc::downgrade(&hub), reconnects);
         tokio::spawn(async move {

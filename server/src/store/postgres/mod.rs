@@ -224,12 +224,14 @@ impl Reads {
     /// Finished runs need no judge and are left alone.
     pub(super) async fn judge_leases(&self, hub: u64, ttl: f64) -> Result<Vec<RunKey>> {
         self.read(move |c| {
-            let now = stepstream_protocol::unix_now();
             let hub = hub as i64;
+            // Signs of life and their ages are read on the database's clock, the one clock
+            // every hub shares: hubs whose own clocks differ never both judge a run.
             c.execute(
-                "INSERT INTO hubs (id, seen) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET \
-                 seen = excluded.seen",
-                &[&hub, &now],
+                "INSERT INTO hubs (id, seen) VALUES ($1, extract(epoch FROM \
+                 clock_timestamp())::double precision) ON CONFLICT (id) DO UPDATE SET seen = \
+                 excluded.seen",
+                &[&hub],
             )?;
             c.execute(
                 "INSERT INTO judges (run_key, hub) SELECT key, $1 FROM runs r WHERE status IN \
@@ -237,11 +239,21 @@ impl Reads {
                  r.key) ON CONFLICT DO NOTHING",
                 &[&hub],
             )?;
-            c.execute(
+            // One statement takes a dead hub's runs over: under two hubs doing it at once the
+            // second re-reads each row after the first's commit, finds a live judge, and takes
+            // nothing (one winner per run).
+            let taken = c.query(
                 "UPDATE judges SET hub = $1 WHERE hub <> $1 AND hub NOT IN (SELECT id FROM hubs \
-                 WHERE seen >= $2)",
-                &[&hub, &(now - ttl)],
+                 WHERE seen >= extract(epoch FROM clock_timestamp())::double precision - $2) \
+                 RETURNING run_key",
+                &[&hub, &ttl],
             )?;
+            if !taken.is_empty() {
+                tracing::info!(
+                    runs = taken.len(),
+                    "took over the judge leases of a silent hub"
+                );
+            }
             let rows = c.query(
                 "SELECT j.run_key FROM judges j JOIN runs r ON r.key = j.run_key WHERE j.hub = \
                  $1 AND r.status IN ('running', 'stale')",
