@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the hub: collectors stream in, browsers and scripts watch.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Stream a metrics CSV (step,timestamp,loss,lr,...) or a MindFormers training log
     /// (--format mindformers) to a hub, following it as it grows.
     Tail(follow::TailArgs),
@@ -178,7 +178,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Tail(args) => follow::tail_file(args),
         Command::Demo(args) => run_demo(args),
         Command::Token(args) => token::issue_token(args),
