@@ -784,3 +784,58 @@ fn one_wide_batch_reaches_a_viewer_in_chunks_of_at_most_50000_points() {
         seen.most_points_per_series
     );
 }
+
+/// A viewer's run list was one frame of every run with all its last values: ten thousand runs
+/// of fifty metrics are megabytes, more than a viewer's queue holds. It comes in pages of a
+/// thousand runs with their headline values (loss-like names and lr).
+#[test]
+fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
+    let hub = Hub::start(&[]);
+    const RUNS: usize = 2_500;
+    let metrics: Vec<MetricDef> = (0..50)
+        .map(|i| MetricDef {
+            id: MetricId(i),
+            name: if i == 0 {
+                "loss".into()
+            } else {
+                format!("metric_{i}")
+            },
+        })
+        .collect();
+    for r in 0..RUNS {
+        let mut c = RawCollector::connect(&hub);
+        c.send(hello(&format!("list-{r}"), None));
+        assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+        c.send(ToHub::DefineMetrics(DefineMetrics {
+            metrics: metrics.clone(),
+        }));
+        c.send(ToHub::Batch(Batch {
+            seq: 1,
+            records: vec![StepRecord {
+                step: 0,
+                wall_time: 1_764_700_000.0,
+                values: metrics.iter().map(|m| (m.id, 1.0)).collect(),
+            }],
+        }));
+        // Not waiting for the acknowledgement (it comes within 200 ms): a closed socket's
+        // batches in flight are settled all the same.
+    }
+    wait_for("every run stored", Duration::from_secs(60), || {
+        let runs = hub.json("/api/runs");
+        let all = runs["runs"].as_array()?;
+        (all.len() == RUNS && all.iter().all(|r| r["records"] == 1)).then_some(())
+    });
+    let mut v = Viewer::connect(&hub);
+    assert!(v.pump(Duration::from_secs(60), |v| v.run_lists > 0));
+    assert_eq!(v.run_list.len(), RUNS);
+    assert!(v.most_runs_per_page <= 1000, "{}", v.most_runs_per_page);
+    let r = &v.run_list[0];
+    assert_eq!(
+        r.last_values,
+        [("loss".to_string(), 1.0)],
+        "headline values only"
+    );
+    // The full last values stay in the API.
+    let detail = hub.json("/api/runs/list-0");
+    assert_eq!(detail["last_values"].as_object().unwrap().len(), 50);
+}

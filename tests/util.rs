@@ -342,6 +342,11 @@ pub struct Viewer {
     pub alerts: Vec<Alert>,
     /// The hub closed the socket.
     pub closed: bool,
+    /// Run-list pages before the last one.
+    list_pages: Vec<RunSummary>,
+    /// Whole run lists received, and the most runs one page carried.
+    pub run_lists: usize,
+    pub most_runs_per_page: usize,
 }
 
 impl Viewer {
@@ -371,6 +376,9 @@ impl Viewer {
             errors: Vec::new(),
             alerts: Vec::new(),
             closed: false,
+            list_pages: Vec::new(),
+            run_lists: 0,
+            most_runs_per_page: 0,
         }
     }
 
@@ -436,7 +444,14 @@ impl Viewer {
 
     fn apply(&mut self, msg: ToViewer) {
         match msg {
-            ToViewer::RunList(l) => self.run_list = l.runs,
+            ToViewer::RunList(l) => {
+                self.most_runs_per_page = self.most_runs_per_page.max(l.runs.len());
+                self.list_pages.extend(l.runs);
+                if l.done {
+                    self.run_list = std::mem::take(&mut self.list_pages);
+                    self.run_lists += 1;
+                }
+            }
             ToViewer::RunUpdate(u) => {
                 self.run_list.retain(|r| r.run_id != u.run.run_id);
                 self.run_list.push(u.run);

@@ -23,6 +23,8 @@ thread_local! {
     pub static STORE: RefCell<Store> = RefCell::new(Store::default());
     static SOCKET: RefCell<Option<ws::Socket>> = const { RefCell::new(None) };
     static DIRTY: Cell<bool> = const { Cell::new(true) };
+    /// Run-list pages received before the last one.
+    static LIST_PAGES: RefCell<Vec<RunSummary>> = const { RefCell::new(Vec::new()) };
     /// While the view is being set from the address bar (back button), do not push it.
     static RESTORING: Cell<bool> = const { Cell::new(false) };
     static LAST_PUBLISH: Cell<f64> = const { Cell::new(0.0) };
@@ -379,8 +381,20 @@ impl Ctx {
     pub fn on_message(&self, msg: ToViewer) {
         match msg {
             ToViewer::RunList(list) => {
+                // Pages gather until the last one, which replaces the list.
+                let mut runs = LIST_PAGES.with(|p| std::mem::take(&mut *p.borrow_mut()));
+                runs.extend(list.runs);
+                if !list.done {
+                    LIST_PAGES.with(|p| *p.borrow_mut() = runs);
+                    return;
+                }
+                // Pages left from a socket lost mid-list come again: the newest of a run wins.
+                let mut seen = std::collections::HashSet::new();
+                runs.reverse();
+                runs.retain(|r| seen.insert(r.run_id.clone()));
+                runs.reverse();
                 self.hub_offset.set(list.now - now_ms() / 1000.0);
-                self.runs.set(list.runs);
+                self.runs.set(runs);
                 if self.configs.get_untracked().is_some() {
                     self.load_configs();
                 }

@@ -329,6 +329,9 @@ pub struct RunList {
     pub runs: Vec<RunSummary>,
     /// The hub's clock, unix seconds, so ages can be computed without trusting the viewer's.
     pub now: f64,
+    /// The list comes in pages (ten thousand runs are megabytes): `false` while more pages
+    /// follow. A viewer replaces its list once the last page is in.
+    pub done: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

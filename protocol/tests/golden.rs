@@ -160,6 +160,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             ToViewer::RunList(RunList {
                 runs: vec![summary()],
                 now: 1_764_700_331.0,
+                done: true,
             })
             .encode(),
         ),

@@ -157,7 +157,8 @@ to = ["oncall@lab.test"]
 
 def test_mail_over_starttls_and_implicit_tls_with_a_hostile_chinese_run_name(make_hub, tmp_path):
     """STARTTLS (AUTH only after it) and implicit TLS, to real aiosmtpd servers with a private
-    CA; a run name holding CRLF and Chinese arrives as one encoded subject, no header added."""
+    CA; a run name holding CRLF is refused at the door, and one holding header text and Chinese
+    arrives as one encoded subject, no header added."""
     import email
     import email.policy
     import ssl
@@ -208,7 +209,17 @@ from = "hub@lab.test"
 to = ["oncall@lab.test"]
 """)
         hub = make_hub("--alerts", str(config))
-        name = "训练\r\nBcc: thief@evil.test\r\nX-Injected: 1"
+        # A name holding CRLF is refused at the hub's door (control characters never reach a
+        # header, a log line or a label), and the collector says so rather than claim success.
+        forged = stepstream.init(hub=hub.url, project="中文项目", name="训练\r\nBcc: thief@evil.test",
+                                 archive_dir=None, system_metrics=False)
+        forged.log({"loss": 1.0}, step=0)
+        hub.wait("the refusal", lambda: "control character" in (forged._native.last_error or ""), timeout=10)
+        report = forged.finish(timeout=3.0)
+        assert not report["delivered"], report
+        assert not any("Bcc" in r["name"] for r in hub.api("/api/runs")["runs"])
+        # Without control characters, a header's worth of text stays in the one subject line.
+        name = "训练 Bcc: thief@evil.test X-Injected: 1"
         run = stepstream.init(hub=hub.url, project="中文项目", name=name, archive_dir=None, system_metrics=False)
         for step in range(40):
             run.log({"loss": float("nan") if step == 30 else 1.0 / (step + 1)}, step=step)

@@ -85,6 +85,8 @@ pub struct Connection {
     pub refusal: Option<Probe>,
     /// The hub's run list as this token sees it; `None` until it arrived.
     pub listed: Option<HashMap<RunId, RunSummary>>,
+    /// Run-list pages received before the last one.
+    list_pages: Vec<RunSummary>,
     /// Hub clock minus the page's, seconds.
     pub hub_offset: f64,
     pub runs: HashMap<RunId, Wanted>,
@@ -125,6 +127,7 @@ pub fn attach(
                     link_at: js_sys::Date::now(),
                     refusal: None,
                     listed: None,
+                    list_pages: Vec::new(),
                     hub_offset: 0.0,
                     runs: HashMap::new(),
                     users: HashMap::new(),
@@ -340,9 +343,14 @@ impl Connection {
     fn on_message(&mut self, msg: ToViewer) {
         match msg {
             ToViewer::RunList(list) => {
+                // Pages gather until the last one, which replaces the list.
+                self.list_pages.extend(list.runs);
+                if !list.done {
+                    return;
+                }
                 self.hub_offset = list.now - js_sys::Date::now() / 1000.0;
                 self.listed = Some(
-                    list.runs
+                    std::mem::take(&mut self.list_pages)
                         .into_iter()
                         .map(|r| (r.run_id.clone(), r))
                         .collect(),

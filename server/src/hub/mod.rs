@@ -31,8 +31,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 use stepstream_protocol::{
-    unix_now, MetricDef, MetricId, RunId, RunIdentity, RunList, RunStatus, RunUpdate, StatusChange,
-    StepRecord, ToViewer,
+    unix_now, MetricDef, MetricId, RunId, RunIdentity, RunStatus, RunSummary, RunUpdate,
+    StatusChange, StepRecord, ToViewer,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -193,15 +193,13 @@ impl Hub {
         runs
     }
 
-    pub fn run_list(&self) -> RunList {
-        RunList {
-            runs: self
-                .runs()
-                .iter()
-                .map(|r| r.state(RunState::summary))
-                .collect(),
-            now: unix_now(),
-        }
+    /// Every run's summary with its headline values (the full last values are in the API),
+    /// for a viewer's run list.
+    pub fn run_list(&self) -> Vec<RunSummary> {
+        self.runs()
+            .iter()
+            .map(|r| r.state(RunState::headline))
+            .collect()
     }
 
     /// Run-list updates, as encoded [`ToViewer`] frames.

@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use stepstream_protocol::{
-    unix_now, ErrorCode, FromViewer, HubError, Live, Metrics, Resync, RunId, StatusChange, ToViewer,
+    unix_now, ErrorCode, FromViewer, HubError, Live, Metrics, Resync, RunId, RunList, StatusChange,
+    ToViewer,
 };
 use tokio::sync::{broadcast, mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
@@ -82,11 +83,27 @@ fn visible(hub: &Hub, scope: &Scope, run_id: &RunId) -> bool {
 }
 
 /// The run list as the viewer's token may see it.
-fn run_list(hub: &Hub, scope: &Scope) -> Bytes {
-    let mut list = hub.run_list();
-    list.runs
-        .retain(|r| scope.allows(&r.project, r.run_id.as_str()));
-    frame(ToViewer::RunList(list))
+/// Runs per run-list page: with headline values a page is a few hundred KiB, far inside a
+/// viewer's 8 MiB queue, however many runs the hub keeps.
+const RUN_LIST_PAGE: usize = 1000;
+
+/// Sends the run list as the viewer's token may see it, in pages; `Err` when the viewer is
+/// gone.
+async fn send_run_list(hub: &Hub, scope: &Scope, out: &Out) -> Result<(), Closed> {
+    let mut runs = hub.run_list();
+    runs.retain(|r| scope.allows(&r.project, r.run_id.as_str()));
+    let now = unix_now();
+    let pages = runs.len().div_ceil(RUN_LIST_PAGE).max(1);
+    let mut runs = runs.into_iter();
+    for page in 0..pages {
+        let list = RunList {
+            runs: runs.by_ref().take(RUN_LIST_PAGE).collect(),
+            now,
+            done: page + 1 == pages,
+        };
+        out.send(frame(ToViewer::RunList(list))).await?;
+    }
+    Ok(())
 }
 
 /// A run-list update (an encoded frame) as the viewer may see it: the frame itself, the
@@ -212,7 +229,7 @@ async fn serve(
 
     let mut updates = hub.subscribe_updates();
     let mut subscriptions: HashMap<RunId, AbortHandle> = HashMap::new();
-    let _ = out.send(run_list(&hub, &scope)).await;
+    let _ = send_run_list(&hub, &scope, &out).await;
     loop {
         tokio::select! {
             () = &mut revoked => {
@@ -278,7 +295,7 @@ async fn serve(
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     // The list moved faster than this viewer reads: send it whole again.
-                    let _ = out.send(run_list(&hub, &scope)).await;
+                    let _ = send_run_list(&hub, &scope, &out).await;
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
