@@ -839,3 +839,77 @@ fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
     let detail = hub.json("/api/runs/list-0");
     assert_eq!(detail["last_values"].as_object().unwrap().len(), 50);
 }
+
+/// The run list's cost (not a test: `#[ignore]`, numbers printed), on a release build:
+///
+/// ```sh
+/// cargo test --release --test e2e bench_run_list -- --ignored --nocapture
+/// ```
+///
+/// 10,000 runs of 50 metrics, listed to 20 viewers connecting at once: the hub's CPU time and
+/// memory for it, and each viewer's time to its whole list.
+#[test]
+#[ignore]
+fn bench_run_list_of_10000_runs_to_20_viewers() {
+    let hub = Hub::start(&[]);
+    let pid = hub.pid();
+    const RUNS: usize = 10_000;
+    let metrics: Vec<MetricDef> = (0..50)
+        .map(|i| MetricDef {
+            id: MetricId(i),
+            name: if i == 0 { "loss".into() } else { format!("metric_{i}") },
+        })
+        .collect();
+    for r in 0..RUNS {
+        let mut c = RawCollector::connect(&hub);
+        c.send(hello(&format!("bench-{r}"), None));
+        assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+        c.send(ToHub::DefineMetrics(DefineMetrics {
+            metrics: metrics.clone(),
+        }));
+        c.send(ToHub::Batch(Batch {
+            seq: 1,
+            records: vec![StepRecord {
+                step: 0,
+                wall_time: 1_764_700_000.0,
+                values: metrics.iter().map(|m| (m.id, 1.0)).collect(),
+            }],
+        }));
+    }
+    wait_for("every run stored", Duration::from_secs(300), || {
+        let runs = hub.json("/api/runs");
+        let all = runs["runs"].as_array()?;
+        (all.len() == RUNS && all.iter().all(|r| r["records"] == 1)).then_some(())
+    });
+    wait_until_idle(pid, Duration::from_secs(60));
+    let (ticks, rss) = (cpu_ticks(pid), rss_mb(pid));
+    let started = Instant::now();
+    let viewers: Vec<_> = (0..20)
+        .map(|_| {
+            let hub_port = hub.port;
+            std::thread::spawn(move || {
+                let mut v = Viewer::connect_url(format!("ws://127.0.0.1:{hub_port}/ws/viewer"));
+                let t = Instant::now();
+                assert!(v.pump(Duration::from_secs(120), |v| v.run_lists > 0));
+                assert_eq!(v.run_list.len(), RUNS);
+                (t.elapsed(), v)
+            })
+        })
+        .collect();
+    let mut most = Duration::ZERO;
+    let mut held = Vec::new();
+    for v in viewers {
+        let (took, v) = v.join().unwrap();
+        most = most.max(took);
+        held.push(v);
+    }
+    let wall = started.elapsed();
+    let cpu_s = (cpu_ticks(pid) - ticks) as f64 / 100.0;
+    eprintln!(
+        "run list: {RUNS} runs x 50 metrics to 20 viewers: hub CPU {cpu_s:.2} s in {:.2} s of wall \
+         time, RSS {rss:.1} -> {:.1} MB; slowest viewer had its whole list after {:.0} ms",
+        wall.as_secs_f64(),
+        rss_mb(pid),
+        most.as_secs_f64() * 1000.0
+    );
+}
