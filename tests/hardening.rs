@@ -857,7 +857,11 @@ fn bench_run_list_of_10000_runs_to_20_viewers() {
     let metrics: Vec<MetricDef> = (0..50)
         .map(|i| MetricDef {
             id: MetricId(i),
-            name: if i == 0 { "loss".into() } else { format!("metric_{i}") },
+            name: if i == 0 {
+                "loss".into()
+            } else {
+                format!("metric_{i}")
+            },
         })
         .collect();
     for r in 0..RUNS {

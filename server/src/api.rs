@@ -110,13 +110,25 @@ async fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiEr
     Ok(run)
 }
 
-pub async fn health(State(app): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "ok": true,
-        "version": env!("CARGO_PKG_VERSION"),
-        "protocol": stepstream_protocol::codec::VERSION,
-        "runs": app.hub.runs().len(),
-    }))
+/// `ok` and `writable` false (and a 503) while the database refuses writes: nothing is
+/// acknowledged then, and a load balancer or a probe should know.
+pub async fn health(State(app): State<AppState>) -> (axum::http::StatusCode, Json<Value>) {
+    let writable = app.hub.store.writable();
+    let status = if writable {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({
+            "ok": writable,
+            "writable": writable,
+            "version": env!("CARGO_PKG_VERSION"),
+            "protocol": stepstream_protocol::codec::VERSION,
+            "runs": app.hub.runs().len(),
+        })),
+    )
 }
 
 #[derive(Deserialize)]

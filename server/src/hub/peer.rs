@@ -84,6 +84,13 @@ impl Hub {
             }
             *last = now;
         }
+        if !self.store.writable() {
+            // A hub that cannot write cannot store what it judges (an alert, a status): its
+            // leases lapse, and a hub that can write takes its runs over.
+            tracing::warn!("the database refuses this hub's writes: not renewing its judge leases");
+            *self.judging.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+            return;
+        }
         match self.store.judge_leases(self.hub_id(), LEASE_TTL_S).await {
             Ok(Some(keys)) => {
                 let keys: HashSet<RunKey> = keys.into_iter().collect();

@@ -98,6 +98,9 @@ pub(super) struct Writer {
     pub interval: Duration,
     /// Transactions committed, counted.
     pub commits: Arc<AtomicU64>,
+    /// Set while the last transaction failed (a dead or unreachable database): `/api/health`
+    /// says so, and a cluster hub stops renewing its judge leases.
+    pub failing: Arc<AtomicBool>,
     /// Someone waits for a command's commit (see [`Waiting`]).
     pub waiting: Arc<Waiting>,
 }
@@ -167,6 +170,7 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
         interval,
         commits,
         waiting,
+        failing,
     } = writer;
     let mut pending = Vec::with_capacity(256);
     let mut last_start = Instant::now();
@@ -206,7 +210,14 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
         runs.sort_unstable();
         runs.dedup();
         last_runs = runs.len();
-        commit_group(&mut engine, &mut pending, &commits);
+        let ok = commit_group(&mut engine, &mut pending, &commits);
+        if failing.swap(!ok, Ordering::Relaxed) != !ok {
+            if ok {
+                tracing::info!("the database takes writes again");
+            } else {
+                tracing::error!("the database refuses writes: nothing is acknowledged until it takes them again");
+            }
+        }
         engine.committed();
     }
     tracing::debug!("database writer stopped");
@@ -228,21 +239,30 @@ fn apply_all<E: Engine>(
 }
 
 /// Applies every command in one transaction; answers each with the transaction's outcome.
-fn commit_group<E: Engine>(engine: &mut E, pending: &mut Vec<Command>, commits: &AtomicU64) {
+/// Returns whether the database took writes (the group, or any of its commands alone).
+fn commit_group<E: Engine>(
+    engine: &mut E,
+    pending: &mut Vec<Command>,
+    commits: &AtomicU64,
+) -> bool {
     match apply_all(engine, pending, commits) {
         Ok(applied) => {
             for (cmd, a) in pending.drain(..).zip(applied) {
                 answer(cmd, Ok(a));
             }
+            true
         }
         Err(e) => {
             tracing::error!(error = %e, commands = pending.len(), "database commit failed");
             // One bad command must not fail the others: retry each alone.
+            let mut any = false;
             for cmd in pending.drain(..) {
                 let single = apply_all(engine, std::slice::from_ref(&cmd), commits)
                     .map(|mut a| a.pop().unwrap_or(Applied::Done));
+                any |= single.is_ok();
                 answer(cmd, single);
             }
+            any
         }
     }
 }

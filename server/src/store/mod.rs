@@ -23,7 +23,7 @@ use command::Command;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus, StepRecord};
@@ -148,6 +148,8 @@ pub struct Store {
     reads: Reads,
     /// Transactions the writer committed.
     commits: Arc<AtomicU64>,
+    /// The writer's last transaction failed.
+    failing: Arc<AtomicBool>,
 }
 
 #[derive(Clone)]
@@ -187,11 +189,13 @@ impl Store {
         commit_interval: Duration,
     ) -> Result<(Store, Vec<StoredRun>)> {
         let commits = Arc::new(AtomicU64::new(0));
+        let failing = Arc::new(AtomicBool::new(false));
         let waiting = Arc::new(command::Waiting::default());
         let settings = command::Writer {
             interval: commit_interval,
             commits: commits.clone(),
             waiting: waiting.clone(),
+            failing: failing.clone(),
         };
         let (writer, reads, runs) = match location {
             Location::Sqlite { path, fsync } => {
@@ -208,11 +212,18 @@ impl Store {
             waiting,
             reads,
             commits,
+            failing,
         };
         Ok((store, runs))
     }
 
     /// Transactions committed since the store was opened.
+    /// Whether the database takes writes: false while the writer's last transaction failed
+    /// (it is retried with the next command; PostgreSQL's connection is made again).
+    pub fn writable(&self) -> bool {
+        !self.failing.load(Ordering::Relaxed) && !self.writer.is_closed()
+    }
+
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
     }

@@ -29,8 +29,19 @@ pub(super) struct Reads {
     url: Arc<String>,
 }
 
+/// A connection with TCP keepalives (a dead server or a cut network is noticed) and a
+/// statement timeout (no command waits forever on a lock or a stuck server).
 fn connect(url: &str) -> Result<Client> {
-    Ok(Client::connect(url, NoTls)?)
+    let mut config: postgres::Config = url
+        .parse()
+        .map_err(|e: postgres::Error| StoreError::Postgres(format!("bad URL: {e}")))?;
+    config
+        .keepalives(true)
+        .keepalives_idle(std::time::Duration::from_secs(10))
+        .connect_timeout(std::time::Duration::from_secs(5));
+    let mut client = config.connect(NoTls)?;
+    client.batch_execute("SET statement_timeout = '60s'")?;
+    Ok(client)
 }
 
 /// Connects, migrates, starts the writer thread, and returns the runs stored. Blocking.
@@ -41,7 +52,7 @@ pub(super) fn open(
     let mut client = connect(url)?;
     schema::migrate(&mut client)?;
     let runs = schema::load(&mut client, None)?;
-    let tx = spawn_writer(writer::Postgres(client), writer);
+    let tx = spawn_writer(writer::Postgres::new(client, url), writer);
     let reads = Reads {
         clients: Arc::new(Mutex::new(Vec::new())),
         reading: Arc::new(tokio::sync::Semaphore::new(READERS)),

@@ -10,14 +10,66 @@ use super::super::{Result, RunKey, StoreError};
 /// shared store so every hub applies it).
 pub(super) const WRITER_SILENCE_S: f64 = 15.0;
 
-/// The write connection, owned by the writer thread.
-pub(in crate::store) struct Postgres(pub(in crate::store) postgres::Client);
+/// The write connection, owned by the writer thread, made again when it breaks (a restarted
+/// server, a terminated backend, a network cut): the failed transaction's commands were
+/// answered with its error, so nothing in it was acknowledged, and collectors resend.
+pub(in crate::store) struct Postgres {
+    pub(in crate::store) client: postgres::Client,
+    pub(in crate::store) url: String,
+    /// When the connection may next be tried again, and the wait after that.
+    retry: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+impl Postgres {
+    pub(in crate::store) fn new(client: postgres::Client, url: &str) -> Postgres {
+        Postgres {
+            client,
+            url: url.to_string(),
+            retry: None,
+        }
+    }
+
+    /// A broken connection is made again, at most once per backoff (100 ms doubling to 5 s),
+    /// so a down server costs a connection attempt now and then, not one per command.
+    fn reconnect_if_broken(&mut self) -> Result<()> {
+        if !self.client.is_closed() {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        if let Some((at, _)) = self.retry {
+            if now < at {
+                return Err(StoreError::Postgres(
+                    "the connection to PostgreSQL is lost; reconnecting".into(),
+                ));
+            }
+        }
+        match super::connect(&self.url) {
+            Ok(client) => {
+                tracing::info!("reconnected to PostgreSQL");
+                self.client = client;
+                self.retry = None;
+                Ok(())
+            }
+            Err(e) => {
+                let wait = self
+                    .retry
+                    .map_or(std::time::Duration::from_millis(100), |(_, w)| {
+                        (w * 2).min(std::time::Duration::from_secs(5))
+                    });
+                self.retry = Some((now + wait, wait));
+                tracing::warn!(error = %e, retry_in = ?wait, "cannot reconnect to PostgreSQL");
+                Err(e)
+            }
+        }
+    }
+}
 
 impl Engine for Postgres {
     type Tx<'a> = postgres::Transaction<'a>;
 
     fn begin(&mut self) -> Result<Self::Tx<'_>> {
-        Ok(self.0.transaction()?)
+        self.reconnect_if_broken()?;
+        Ok(self.client.transaction()?)
     }
 
     fn apply(tx: &mut Self::Tx<'_>, cmd: &Command) -> Result<Applied> {
