@@ -211,7 +211,8 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
         runs.dedup();
         last_runs = runs.len();
         let ok = commit_group(&mut engine, &mut pending, &commits);
-        if failing.swap(!ok, Ordering::Relaxed) != !ok {
+        let was_failing = failing.swap(!ok, Ordering::Relaxed);
+        if was_failing == ok {
             if ok {
                 tracing::info!("the database takes writes again");
             } else {
