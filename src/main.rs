@@ -161,6 +161,11 @@ struct ServeArgs {
     /// any other origin are refused (cross-site WebSocket hijacking).
     #[arg(long, env = "STEPSTREAM_ALLOW_ORIGINS", value_delimiter = ',')]
     allow_origin: Vec<String>,
+    /// A reverse proxy's address (repeat or comma-separate): from it, the per-address
+    /// connection limit keys on the client named last in `X-Forwarded-For`. From anyone
+    /// else that header is ignored.
+    #[arg(long, env = "STEPSTREAM_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxy: Vec<std::net::IpAddr>,
     /// A limit, NAME=VALUE (repeatable): record_values, run_metrics, name_bytes,
     /// config_bytes, batch_records, runs, runs_per_project, connections_per_addr,
     /// viewer_budget. See the README for the defaults.
@@ -278,6 +283,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
+        trusted_proxies: args.trusted_proxy,
         limits,
         tls: match (args.tls_cert, args.tls_key) {
             (Some(cert), Some(key)) => Some(stepstream_server::TlsFiles { cert, key }),
@@ -336,6 +342,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         alerts: Default::default(),
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
+        trusted_proxies: Vec::new(),
         tls: None,
         limits: Default::default(),
     };

@@ -917,3 +917,53 @@ fn bench_run_list_of_10000_runs_to_20_viewers() {
         most.as_secs_f64() * 1000.0
     );
 }
+
+/// A viewer socket opened by hand with an `X-Forwarded-For`; its status line's code.
+fn viewer_with_forwarded(hub: &Hub, forwarded: &str) -> (u16, std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(hub.addr()).unwrap();
+    write!(
+        s,
+        "GET /ws/viewer HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         X-Forwarded-For: {forwarded}\r\n\r\n",
+        hub.addr()
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    let code = String::from_utf8_lossy(&head[9..12]).parse().unwrap();
+    (code, s)
+}
+
+/// Behind a proxy every client shares the proxy's address, and a forwarded address is only
+/// a claim: the per-address limit keys on `X-Forwarded-For` from `--trusted-proxy`
+/// addresses only.
+#[test]
+fn the_per_address_limit_trusts_forwarded_addresses_only_from_trusted_proxies() {
+    let untrusting = Hub::start(&["--limit", "connections_per_addr=2"]);
+    let mut held = Vec::new();
+    for (forwarded, code) in [("10.0.0.1", 101), ("10.0.0.2", 101), ("10.0.0.3", 429)] {
+        let (got, s) = viewer_with_forwarded(&untrusting, forwarded);
+        assert_eq!(got, code, "{forwarded} claimed by an untrusted peer");
+        held.push(s);
+    }
+    let trusting = Hub::start(&[
+        "--limit",
+        "connections_per_addr=2",
+        "--trusted-proxy",
+        "127.0.0.1",
+    ]);
+    for (forwarded, code) in [
+        ("10.0.0.1", 101),
+        ("10.0.0.2", 101),
+        ("10.0.0.3", 101),
+        // The proxy appends the address it saw: the last entry is the one that counts.
+        ("192.0.2.9, 10.0.0.1", 101),
+        ("10.0.0.1", 429),
+    ] {
+        let (got, s) = viewer_with_forwarded(&trusting, forwarded);
+        assert_eq!(got, code, "{forwarded} through a trusted proxy");
+        held.push(s);
+    }
+}

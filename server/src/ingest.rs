@@ -33,7 +33,7 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 
 /// A WebSocket refused because its address has too many open.
 pub struct TooMany {
-    peer: SocketAddr,
+    addr: std::net::IpAddr,
     limit: usize,
 }
 
@@ -43,20 +43,23 @@ impl IntoResponse for TooMany {
             StatusCode::TOO_MANY_REQUESTS,
             format!(
                 "{} already has {} open connections to this hub (limit connections_per_addr)\n",
-                self.peer.ip(),
-                self.limit
+                self.addr, self.limit
             ),
         )
             .into_response()
     }
 }
 
-/// A WebSocket slot for `peer`, or the refusal that names the limit.
-pub fn connection_slot(app: &AppState, peer: SocketAddr) -> Result<crate::limits::Slot, TooMany> {
+/// A WebSocket slot for the client at `addr` (see [`crate::limits::client_addr`]), or the
+/// refusal that names the limit.
+pub fn connection_slot(
+    app: &AppState,
+    addr: std::net::IpAddr,
+) -> Result<crate::limits::Slot, TooMany> {
     let limit = app.hub.limits.connections_per_addr;
-    app.connections.acquire(peer.ip(), limit).ok_or_else(|| {
-        tracing::warn!(%peer, limit, "connection refused: too many from one address");
-        TooMany { peer, limit }
+    app.connections.acquire(addr, limit).ok_or_else(|| {
+        tracing::warn!(%addr, limit, "connection refused: too many from one address");
+        TooMany { addr, limit }
     })
 }
 
@@ -85,6 +88,7 @@ pub async fn collector_socket(
         // default that memset was a tenth of a fleet hub's CPU (perf), for frames that are
         // mostly a few hundred bytes. Big batches are still read whole, in more reads.
         .read_buffer_size(SOCKET_READ_BUFFER);
+    let client = crate::limits::client_addr(peer.ip(), &app.trusted_proxies, req.headers());
     crate::upgrade::upgrade(req, config, move |socket, gate| async move {
         let sockets = app.sockets.clone();
         let _open = crate::metrics::Open::new(&sockets.collectors);
@@ -95,7 +99,7 @@ pub async fn collector_socket(
             gate,
             pending: Some(pending),
             slot: None,
-            peer,
+            client,
         };
         if let Err(refusal) = serve(&app, &mut conn).await {
             tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
@@ -116,7 +120,8 @@ struct Conn {
     pending: Option<tokio::sync::OwnedSemaphorePermit>,
     /// This address's connection slot, taken once the hello is accepted.
     slot: Option<crate::limits::Slot>,
-    peer: SocketAddr,
+    /// The address the per-address limit keys on.
+    client: std::net::IpAddr,
 }
 
 impl Conn {
@@ -226,13 +231,12 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
     }
     // Authenticated: the address's slot now (a proxy's many clients or a stranger's sockets
     // awaiting their hello do not take it), and the socket may send what a batch needs.
-    let slot = connection_slot(app, conn.peer).map_err(|too_many| {
+    let slot = connection_slot(app, conn.client).map_err(|too_many| {
         fatal(
             ErrorCode::Limit,
             format!(
                 "{} already has {} open connections to this hub (limit connections_per_addr)",
-                too_many.peer.ip(),
-                too_many.limit
+                too_many.addr, too_many.limit
             ),
         )
     })?;

@@ -75,6 +75,9 @@ pub struct Settings {
     pub alerts: notify::AlertsConfig,
     /// Names `Host` may carry besides the bound address (`--allow-host`).
     pub allowed_hosts: Vec<String>,
+    /// Reverse proxies whose `X-Forwarded-For` names the client the per-address limits key
+    /// on (`--trusted-proxy`).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Origins (`scheme://host[:port]`) whose pages may use the hub besides its own
     /// (`--allow-origin`; `*` for any).
     pub allowed_origins: Vec<String>,
@@ -110,6 +113,8 @@ pub struct AppState {
     pub sockets: Arc<metrics::Sockets>,
     /// Places for collector sockets awaiting their hello (`pending_hellos`).
     pub pending_hellos: Arc<tokio::sync::Semaphore>,
+    /// See [`Settings::trusted_proxies`].
+    pub trusted_proxies: Arc<[std::net::IpAddr]>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -282,6 +287,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             .into(),
         sockets: Arc::default(),
         pending_hellos: Arc::new(tokio::sync::Semaphore::new(settings.limits.pending_hellos)),
+        trusted_proxies: settings.trusted_proxies.clone().into(),
     };
     if let Some(path) = settings.tokens_file.clone() {
         tokio::spawn(auth::reload_on_change(state.auth.clone(), path));

@@ -127,6 +127,24 @@ pub struct Slot {
     addr: IpAddr,
 }
 
+/// The address a connection's limits key on: the peer's, or, when the peer is a trusted
+/// reverse proxy (`--trusted-proxy`), the client it names last in `X-Forwarded-For` (the
+/// entry that proxy wrote; earlier ones are whatever the client claimed). Without the trust,
+/// a forwarded address is ignored: anyone could claim any address.
+pub fn client_addr(peer: IpAddr, trusted: &[IpAddr], headers: &axum::http::HeaderMap) -> IpAddr {
+    if !trusted.contains(&peer) {
+        return peer;
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+        .last()
+        .unwrap_or(peer)
+}
+
 impl Connections {
     /// A slot for one more connection from `addr`, or `None` when it has `limit` open.
     pub fn acquire(self: &Arc<Self>, addr: IpAddr, limit: usize) -> Option<Slot> {

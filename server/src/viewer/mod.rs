@@ -58,9 +58,11 @@ pub async fn viewer_socket(
     Extension(scope): Extension<Scope>,
     Extension(token): Extension<crate::auth::Presented>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: axum::http::HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let slot = match crate::ingest::connection_slot(&app, peer) {
+    let client = crate::limits::client_addr(peer.ip(), &app.trusted_proxies, &headers);
+    let slot = match crate::ingest::connection_slot(&app, client) {
         Ok(slot) => slot,
         Err(refused) => return axum::response::IntoResponse::into_response(refused),
     };
