@@ -135,13 +135,15 @@ pub fn client_addr(peer: IpAddr, trusted: &[IpAddr], headers: &axum::http::Heade
     if !trusted.contains(&peer) {
         return peer;
     }
+    // Only the last entry: the one the trusted proxy wrote. An unreadable one is not
+    // replaced by an earlier, client-written one.
     headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-        .last()
+        .next_back()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .and_then(|a| a.trim().parse::<IpAddr>().ok())
         .unwrap_or(peer)
 }
 
