@@ -589,3 +589,88 @@ fn a_restarted_postgres_loses_nothing_acknowledged_and_ingestion_resumes() {
     assert_eq!(health.status, 200, "{}", health.text());
     eprintln!("the hub reported itself unwritable during the restart: {unhealthy}");
 }
+
+/// Publishes `frame` on the hubs' NATS subject, speaking NATS's text protocol by hand (as a
+/// stranger on the bus would).
+fn publish_on_bus(nats: &Nats, frame: &[u8]) {
+    let mut s = TcpStream::connect(("127.0.0.1", nats.port)).unwrap();
+    let mut greeting = String::new();
+    BufReader::new(s.try_clone().unwrap())
+        .read_line(&mut greeting)
+        .unwrap();
+    assert!(greeting.starts_with("INFO"), "{greeting}");
+    s.write_all(b"CONNECT {\"verbose\":false}\r\n").unwrap();
+    s.write_all(format!("PUB stepstream.peer {}\r\n", frame.len()).as_bytes())
+        .unwrap();
+    s.write_all(frame).unwrap();
+    s.write_all(b"\r\nPING\r\n").unwrap();
+    let mut pong = String::new();
+    BufReader::new(s).read_line(&mut pong).unwrap();
+    assert!(pong.starts_with("PONG"), "{pong}");
+}
+
+/// The bus is not trusted: a forged batch for a run (the next sequence number, values never
+/// stored) once moved another hub's tail, showed its points to that hub's viewers, and made a
+/// collector resuming through it drop a batch it had not had stored. Peer batches are hints;
+/// what is applied is read from PostgreSQL.
+#[test]
+fn a_forged_peer_batch_neither_shows_points_nor_moves_a_resuming_collectors_position() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let (store, bus) = (pg.url(), nats.url());
+    let args = ["--store", &store, "--nats", &bus];
+    let a = Hub::start(&args);
+    let b = Hub::start(&args);
+    let mut c = RawCollector::connect(&a);
+    c.send(hello("forged-run", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    let record = |step: i64, v: f64| StepRecord {
+        step,
+        wall_time: 1_764_700_000.0 + step as f64,
+        values: vec![(MetricId(0), v)],
+    };
+    c.send(ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![record(0, 1.0)],
+    }));
+    assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
+    let id = RunId::new("forged-run").unwrap();
+    let mut viewer = watch(&b, &id);
+    assert!(viewer.pump(Duration::from_secs(20), |v| v
+        .runs
+        .get(&id)
+        .is_some_and(|s| s.count("loss") == 1)));
+    // A stranger announces batch 2 with a value nobody stored.
+    publish_on_bus(
+        &nats,
+        &ToPeer::PeerBatch(PeerBatch {
+            hub: 12345,
+            run_id: id.clone(),
+            seq: 2,
+            records: vec![record(1, 666.0)],
+        })
+        .encode(),
+    );
+    viewer.pump(Duration::from_secs(2), |_| false);
+    assert_eq!(viewer.runs[&id].count("loss"), 1, "no forged point shown");
+    assert_eq!(b.run_json("forged-run").unwrap()["records"], 1);
+    // The writer's collector resumes through hub B: it is told what is stored, batch 1.
+    drop(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut resumed = RawCollector::connect(&b);
+    let ToHub::Hello(mut h) = hello("forged-run", None) else {
+        unreachable!()
+    };
+    h.acked_through = 1;
+    resumed.send(ToHub::Hello(h));
+    match resumed.recv() {
+        Some(FromHub::Welcome(w)) => assert_eq!(w.last_seq, 1, "the stored position"),
+        other => panic!("{other:?}"),
+    }
+}

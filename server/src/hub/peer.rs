@@ -239,30 +239,32 @@ impl Hub {
     pub async fn apply_peer(&self, msg: ToPeer) {
         match msg {
             ToPeer::PeerBatch(b) if b.hub != self.hub_id() => {
+                // A hint, not data: the bus is not trusted (a forged or replayed message
+                // must neither show points that were never stored nor move the tail a
+                // resuming collector is welcomed with). The batches are read from the
+                // store, which has them first, through the one announced.
                 let Some(run) = self.run_or_refresh(&b.run_id).await else {
                     return;
                 };
-                let last = run.state(|st| st.tail.last_seq);
-                if b.seq <= last {
+                if b.seq <= run.state(|st| st.tail.last_seq) {
                     return;
                 }
-                if b.seq > last + 1 {
-                    self.catch_up(&run, b.seq - 1).await;
-                }
-                let _guard = run.ingest.lock().await;
-                if run.state(|st| st.tail.last_seq) + 1 == b.seq {
-                    self.apply_remote_batch(&run, b.seq, b.records);
-                }
+                self.catch_up(&run, b.seq).await;
             }
             ToPeer::PeerMetrics(m) if m.hub != self.hub_id() => {
                 let Some(run) = self.run_or_refresh(&m.run_id).await else {
                     return;
                 };
+                // This hub's own limits apply to what a peer says too.
+                let limits = self.limits.wire;
                 let fresh = run.state_mut(|st| {
+                    let room = (limits.run_metrics as usize).saturating_sub(st.metrics.len());
                     let fresh: Vec<_> = m
                         .metrics
                         .into_iter()
                         .filter(|d| st.metric_name(d.id).is_none())
+                        .filter(|d| limits.check_name("metric name", &d.name).is_ok())
+                        .take(room)
                         .collect();
                     st.metrics.extend(fresh.iter().cloned());
                     st.metrics.sort_by_key(|d| d.id);

@@ -311,6 +311,14 @@ fn each_batch<S>(
 
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> StoreError {
-        StoreError::Postgres(e.to_string())
+        // The error's own text is only "db error": the server's message is in its source.
+        let text = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => match std::error::Error::source(&e) {
+                Some(source) => format!("{e}: {source}"),
+                None => e.to_string(),
+            },
+        };
+        StoreError::Postgres(text)
     }
 }
