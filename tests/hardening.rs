@@ -785,13 +785,10 @@ fn one_wide_batch_reaches_a_viewer_in_chunks_of_at_most_50000_points() {
     );
 }
 
-/// A viewer's run list was one frame of every run with all its last values: ten thousand runs
-/// of fifty metrics are megabytes, more than a viewer's queue holds. It comes in pages of a
-/// thousand runs with their headline values (loss-like names and lr).
-#[test]
-fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
-    let hub = Hub::start(&[]);
-    const RUNS: usize = 2_500;
+/// `runs` runs named `{prefix}-N`, each of 50 metrics (the first `loss`) and one record,
+/// streamed by hand (no acknowledgement awaited: a closed socket's batches in flight are
+/// settled all the same), returned once the hub lists every one stored.
+fn fill_runs(hub: &Hub, prefix: &str, runs: usize, within: Duration) {
     let metrics: Vec<MetricDef> = (0..50)
         .map(|i| MetricDef {
             id: MetricId(i),
@@ -802,9 +799,9 @@ fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
             },
         })
         .collect();
-    for r in 0..RUNS {
-        let mut c = RawCollector::connect(&hub);
-        c.send(hello(&format!("list-{r}"), None));
+    for r in 0..runs {
+        let mut c = RawCollector::connect(hub);
+        c.send(hello(&format!("{prefix}-{r}"), None));
         assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
         c.send(ToHub::DefineMetrics(DefineMetrics {
             metrics: metrics.clone(),
@@ -817,14 +814,22 @@ fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
                 values: metrics.iter().map(|m| (m.id, 1.0)).collect(),
             }],
         }));
-        // Not waiting for the acknowledgement (it comes within 200 ms): a closed socket's
-        // batches in flight are settled all the same.
     }
-    wait_for("every run stored", Duration::from_secs(60), || {
-        let runs = hub.json("/api/runs");
-        let all = runs["runs"].as_array()?;
-        (all.len() == RUNS && all.iter().all(|r| r["records"] == 1)).then_some(())
+    wait_for("every run stored", within, || {
+        let listed = hub.json("/api/runs");
+        let all = listed["runs"].as_array()?;
+        (all.len() == runs && all.iter().all(|r| r["records"] == 1)).then_some(())
     });
+}
+
+/// A viewer's run list was one frame of every run with all its last values: ten thousand runs
+/// of fifty metrics are megabytes, more than a viewer's queue holds. It comes in pages of a
+/// thousand runs with their headline values (loss-like names and lr).
+#[test]
+fn a_long_run_list_reaches_a_viewer_in_bounded_pages() {
+    let hub = Hub::start(&[]);
+    const RUNS: usize = 2_500;
+    fill_runs(&hub, "list", RUNS, Duration::from_secs(60));
     let mut v = Viewer::connect(&hub);
     assert!(v.pump(Duration::from_secs(60), |v| v.run_lists > 0));
     assert_eq!(v.run_list.len(), RUNS);
@@ -854,37 +859,7 @@ fn bench_run_list_of_10000_runs_to_20_viewers() {
     let hub = Hub::start(&[]);
     let pid = hub.pid();
     const RUNS: usize = 10_000;
-    let metrics: Vec<MetricDef> = (0..50)
-        .map(|i| MetricDef {
-            id: MetricId(i),
-            name: if i == 0 {
-                "loss".into()
-            } else {
-                format!("metric_{i}")
-            },
-        })
-        .collect();
-    for r in 0..RUNS {
-        let mut c = RawCollector::connect(&hub);
-        c.send(hello(&format!("bench-{r}"), None));
-        assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
-        c.send(ToHub::DefineMetrics(DefineMetrics {
-            metrics: metrics.clone(),
-        }));
-        c.send(ToHub::Batch(Batch {
-            seq: 1,
-            records: vec![StepRecord {
-                step: 0,
-                wall_time: 1_764_700_000.0,
-                values: metrics.iter().map(|m| (m.id, 1.0)).collect(),
-            }],
-        }));
-    }
-    wait_for("every run stored", Duration::from_secs(300), || {
-        let runs = hub.json("/api/runs");
-        let all = runs["runs"].as_array()?;
-        (all.len() == RUNS && all.iter().all(|r| r["records"] == 1)).then_some(())
-    });
+    fill_runs(&hub, "bench", RUNS, Duration::from_secs(300));
     wait_until_idle(pid, Duration::from_secs(60));
     let (ticks, rss) = (cpu_ticks(pid), rss_mb(pid));
     let started = Instant::now();
