@@ -37,16 +37,19 @@ pub struct TooMany {
     limit: usize,
 }
 
+impl std::fmt::Display for TooMany {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} already has {} open connections to this hub (limit connections_per_addr)",
+            self.addr, self.limit
+        )
+    }
+}
+
 impl IntoResponse for TooMany {
     fn into_response(self) -> Response {
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            format!(
-                "{} already has {} open connections to this hub (limit connections_per_addr)\n",
-                self.addr, self.limit
-            ),
-        )
-            .into_response()
+        (StatusCode::TOO_MANY_REQUESTS, format!("{self}\n")).into_response()
     }
 }
 
@@ -231,15 +234,8 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
     }
     // Authenticated: the address's slot now (a proxy's many clients or a stranger's sockets
     // awaiting their hello do not take it), and the socket may send what a batch needs.
-    let slot = connection_slot(app, conn.client).map_err(|too_many| {
-        fatal(
-            ErrorCode::Limit,
-            format!(
-                "{} already has {} open connections to this hub (limit connections_per_addr)",
-                too_many.addr, too_many.limit
-            ),
-        )
-    })?;
+    let slot = connection_slot(app, conn.client)
+        .map_err(|too_many| fatal(ErrorCode::Limit, too_many.to_string()))?;
     conn.slot = Some(slot);
     let run = app
         .hub

@@ -58,6 +58,16 @@ enum Frames {
     Payload(u64),
 }
 
+impl Frames {
+    /// At the start of a frame.
+    fn header() -> Frames {
+        Frames::Header {
+            bytes: [0; 14],
+            have: 0,
+        }
+    }
+}
+
 /// A socket whose bytes are checked against [`HELLO_LIMIT`] until its gate opens.
 pub struct Gated<S> {
     inner: S,
@@ -72,10 +82,7 @@ impl<S> Gated<S> {
             inner,
             gate,
             read: 0,
-            frames: Frames::Header {
-                bytes: [0; 14],
-                have: 0,
-            },
+            frames: Frames::header(),
         }
     }
 
@@ -94,10 +101,7 @@ impl<S> Gated<S> {
                     *left -= skip;
                     data = &data[skip as usize..];
                     if *left == 0 {
-                        self.frames = Frames::Header {
-                            bytes: [0; 14],
-                            have: 0,
-                        };
+                        self.frames = Frames::header();
                     }
                 }
                 Frames::Header { bytes, have } => {
@@ -130,10 +134,7 @@ impl<S> Gated<S> {
                         )));
                     }
                     self.frames = if len == 0 {
-                        Frames::Header {
-                            bytes: [0; 14],
-                            have: 0,
-                        }
+                        Frames::header()
                     } else {
                         Frames::Payload(len)
                     };
@@ -155,8 +156,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Gated<S> {
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
             if !this.gate.open.load(Ordering::Acquire) {
-                let new = buf.filled()[before..].to_vec();
-                if let Err(e) = this.inspect(&new) {
+                if let Err(e) = this.inspect(&buf.filled()[before..]) {
                     return Poll::Ready(Err(e));
                 }
             }
