@@ -674,3 +674,35 @@ fn a_forged_peer_batch_neither_shows_points_nor_moves_a_resuming_collectors_posi
         other => panic!("{other:?}"),
     }
 }
+
+/// Range reads on PostgreSQL find every batch by its span class, also after the migration
+/// from schema version 1 (one widest span per run) fills the classes of stored batches.
+#[test]
+fn range_reads_on_postgres_find_batches_of_every_span_also_after_migrating() {
+    let pg = Postgres::start();
+    let store = pg.url();
+    let hub = Hub::start(&["--store", &store]);
+    crate::range::batches_that_go_backwards_are_found(&hub);
+    drop(hub);
+    // What version 1 wrote: no span classes, the step index.
+    pg.sql(
+        "DROP INDEX batches_by_span; ALTER TABLE batches DROP COLUMN span_class; \
+         CREATE INDEX batches_by_step ON batches (run_key, lo_step, hi_step); \
+         UPDATE stepstream_schema SET version = 1",
+    );
+    let hub = Hub::start(&["--store", &store]);
+    let steps = |from: i64, to: i64| -> Vec<i64> {
+        hub.json(&format!(
+            "/api/runs/backwards/series?metric=loss&from={from}&to={to}&budget=1000000"
+        ))["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(steps(3, 4), vec![3, 4, 3, 4]);
+    assert_eq!(steps(40_000, 60_000), vec![50_000, 50_001, 60_000]);
+    assert_eq!(steps(i64::MIN, 0), vec![0, i64::MIN + 1]);
+    assert_eq!(steps(61_001, 61_002), vec![61_001, 61_002]);
+}

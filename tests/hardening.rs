@@ -280,6 +280,10 @@ fn viewers_that_never_read_cost_bounded_memory_and_block_nobody() {
         .is_some_and(|s| s.backfill_done)));
     assert_eq!(reader.runs[&id].count("m9"), 100_000);
     let grown = rss_mb(pid) - before;
+    eprintln!(
+        "hub RSS grew {grown:.1} MB for 40 viewers that never read: {:.2} MB each",
+        grown / 40.0
+    );
     // Unbounded queues held each viewer's whole history: ~1 GB here.
     assert!(
         grown < 600.0,

@@ -120,7 +120,12 @@ fn range_queries_are_exact_at_the_edges_with_non_finite_values_while_written() {
 
 #[test]
 fn a_batch_whose_steps_go_backwards_is_found_by_every_range_it_covers() {
-    let hub = Hub::start(&[]);
+    batches_that_go_backwards_are_found(&Hub::start(&[]));
+}
+
+/// Range reads of batches whose steps go backwards, on `hub`'s store (also run on
+/// PostgreSQL by the cluster tests).
+pub fn batches_that_go_backwards_are_found(hub: &Hub) {
     let mut c = RawCollector::connect(&hub);
     c.send(hello("backwards", None));
     assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
@@ -136,29 +141,42 @@ fn a_batch_whose_steps_go_backwards_is_found_by_every_range_it_covers() {
         values: vec![(MetricId(0), step as f64)],
     };
     // Batch 1 spans 0..=9; batch 2 (an evaluation written late, then a resumed run) jumps
-    // from 50,000 back to 3; batch 3 continues at 50,001.
-    let batches = [
+    // from 50,000 back to 3; batch 3 continues at 50,001; batch 4 spans nearly all of i64;
+    // then a thousand narrow batches.
+    let mut batches = vec![
         (0..10).map(rec).collect::<Vec<_>>(),
         vec![rec(50_000), rec(3), rec(4)],
         vec![rec(50_001)],
+        vec![rec(i64::MIN + 1), rec(i64::MAX - 1)],
     ];
+    batches.extend((0..1000).map(|b| vec![rec(60_000 + 2 * b), rec(60_001 + 2 * b)]));
+    let last = batches.len() as u64;
     for (i, records) in batches.into_iter().enumerate() {
         c.send(ToHub::Batch(Batch {
             seq: i as u64 + 1,
             records,
         }));
-        assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
+    }
+    let mut acked = 0;
+    while acked < last {
+        match c.recv() {
+            Some(FromHub::Ack(a)) => acked = a.through_seq,
+            other => panic!("unexpected {other:?}"),
+        }
     }
     let steps = |from: i64, to: i64| -> Vec<i64> {
-        points(&range(&hub, "backwards", "loss", from, to))
+        points(&range(hub, "backwards", "loss", from, to))
             .into_iter()
             .map(|p| p.0)
             .collect()
     };
     // In the order they were stored, every point of the range, once.
     assert_eq!(steps(3, 4), vec![3, 4, 3, 4]);
-    assert_eq!(steps(40_000, 60_000), vec![50_000, 50_001]);
+    assert_eq!(steps(40_000, 60_000), vec![50_000, 50_001, 60_000]);
     assert_eq!(steps(0, 2), vec![0, 1, 2]);
+    assert_eq!(steps(61_001, 61_002), vec![61_001, 61_002]);
+    assert_eq!(steps(i64::MAX - 1, i64::MAX), vec![i64::MAX - 1]);
+    assert_eq!(steps(i64::MIN, 0), vec![0, i64::MIN + 1]);
 }
 
 /// A benchmark, not a test: `cargo test --release --test e2e bench_range -- --ignored

@@ -105,12 +105,46 @@ pub fn visit_values(blob: &[u8], mut f: impl FnMut(i64, f64, MetricId, f64)) -> 
     )
 }
 
-/// A record for the store's tests: loss `v` and a NaN.
 /// The lowest and highest step of some records.
 pub(super) fn step_range(records: &[StepRecord]) -> Option<(i64, i64)> {
     let lo = records.iter().map(|r| r.step).min()?;
     let hi = records.iter().map(|r| r.step).max()?;
     Some((lo, hi))
+}
+
+/// A batch's span class: the smallest `c` with `hi - lo <= reach(c)`. Range reads look for
+/// the batches of each class starting at most that class's reach before the range, so one
+/// wide batch (a resume that rewinds far, an evaluation logged late at step 0) costs only
+/// itself, not every later read of the run (one widest span per run once did).
+pub(super) fn span_class(range: Option<(i64, i64)>) -> i64 {
+    let span = range.map_or(0, |(lo, hi)| hi.saturating_sub(lo).max(0) as u64);
+    i64::from(64 - span.leading_zeros())
+}
+
+/// Span classes there are: spans up to `i64::MAX` fall in `0..SPAN_CLASSES`.
+pub(super) const SPAN_CLASSES: i64 = 64;
+
+/// The widest span of a class: `2^c - 1`.
+pub(super) fn class_reach(class: i64) -> i64 {
+    if class >= 63 {
+        i64::MAX
+    } else {
+        (1i64 << class) - 1
+    }
+}
+
+/// For each span class, the lowest `lo_step` a batch of that class overlapping a range
+/// starting at `lo` can have. The last class also holds spans past `i64::MAX` (from near
+/// `i64::MIN` to near `i64::MAX`): it has no floor.
+pub(super) fn class_floors(lo: i64) -> impl Iterator<Item = (i64, i64)> {
+    (0..SPAN_CLASSES).map(move |c| {
+        let floor = if c == SPAN_CLASSES - 1 {
+            i64::MIN
+        } else {
+            lo.saturating_sub(class_reach(c))
+        };
+        (c, floor)
+    })
 }
 
 #[cfg(test)]
@@ -182,5 +216,26 @@ mod tests {
                 assert!(out.len() < 2);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    #[test]
+    fn every_span_fits_its_class_and_not_the_one_below() {
+        for span in [0i64, 1, 2, 3, 4, 7, 8, 1000, 4096, i64::MAX / 2, i64::MAX] {
+            let c = span_class(Some((0, span)));
+            assert!(span <= class_reach(c), "{span} in class {c}");
+            if c > 0 {
+                assert!(span > class_reach(c - 1), "{span} fits class {}", c - 1);
+            }
+            assert!(c < SPAN_CLASSES);
+        }
+        assert_eq!(span_class(None), 0);
+        // Steps far apart in both directions do not overflow.
+        assert_eq!(span_class(Some((i64::MIN, i64::MAX))), 63);
+        assert_eq!(class_floors(i64::MIN).last(), Some((63, i64::MIN)));
     }
 }

@@ -356,3 +356,83 @@ fn a_tail_holds_each_metrics_last_value_in_the_batch() {
         assert_eq!(tail.last_values, want, "batch {seq}");
     }
 }
+
+/// Appends batches of `rec(step, step)` records, one batch per list, as sequence 1, 2, ...
+pub(super) async fn append_steps(store: &Store, key: RunKey, batches: &[Vec<i64>]) {
+    let mut tail = RunTail::default();
+    for (i, steps) in batches.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let records: Arc<[StepRecord]> = steps.iter().map(|&s| rec(s, s as f64)).collect();
+        tail = tail.after(seq, &records);
+        assert!(store
+            .append_batch(key, seq, records, tail.clone())
+            .await
+            .unwrap());
+    }
+}
+
+/// The batches a range read visits, and the steps of its points.
+pub(super) async fn read_range(store: &Store, key: RunKey, range: (i64, i64)) -> (usize, Vec<i64>) {
+    store
+        .scan_steps(
+            key,
+            range,
+            i64::MAX as u64,
+            (0, Vec::new()),
+            move |(n, steps), _, records| {
+                *n += 1;
+                steps.extend(
+                    records
+                        .iter()
+                        .map(|r| r.step)
+                        .filter(|s| (range.0..=range.1).contains(s)),
+                );
+                ControlFlow::Continue(())
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// 2,000 batches of 10 steps and, in the middle, one that also holds step 0 (an
+/// evaluation logged late): one widest span per run once made every later read of a
+/// narrow window scan back to step 0, ~1,500 batches; by span class it visits the
+/// window's batch and the wide one.
+#[tokio::test]
+async fn one_wide_batch_does_not_widen_later_range_reads() {
+    let (store, _dir) = sqlite_store(Duration::ZERO);
+    let key = store
+        .upsert_run(test_identity("r", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let mut batches: Vec<Vec<i64>> = (0..2000).map(|b| (b * 10..b * 10 + 10).collect()).collect();
+    batches[1000].push(0);
+    append_steps(&store, key, &batches).await;
+    let (visited, steps) = read_range(&store, key, (15_000, 15_009)).await;
+    assert_eq!(steps, (15_000..15_010).collect::<Vec<_>>());
+    assert_eq!(
+        visited, 1,
+        "a window after the wide batch read {visited} batches"
+    );
+    // Windows the wide batch covers find it, and what it holds, exactly once.
+    let (visited, steps) = read_range(&store, key, (0, 4)).await;
+    assert_eq!(steps, vec![0, 1, 2, 3, 4, 0]);
+    assert_eq!(visited, 2);
+    let (_, steps) = read_range(&store, key, (9_999, 10_001)).await;
+    assert_eq!(steps, vec![9_999, 10_000, 10_001]);
+    // Spans at the ends of i64 neither overflow nor hide a batch.
+    let key = store
+        .upsert_run(test_identity("far", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    append_steps(&store, key, &[vec![i64::MIN, i64::MAX], vec![5]]).await;
+    assert_eq!(read_range(&store, key, (-1, 1)).await.1, Vec::<i64>::new());
+    assert_eq!(
+        read_range(&store, key, (i64::MAX, i64::MAX)).await.1,
+        vec![i64::MAX]
+    );
+    assert_eq!(
+        read_range(&store, key, (i64::MIN, 5)).await.1,
+        vec![i64::MIN, 5]
+    );
+}

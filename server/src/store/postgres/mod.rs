@@ -8,7 +8,7 @@
 mod schema;
 mod writer;
 
-use super::blob::visit_values;
+use super::blob::{class_floors, visit_values};
 use super::command::{spawn_writer, Command, Writer};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use postgres::fallible_iterator::FallibleIterator;
@@ -204,14 +204,23 @@ impl Reads {
         mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         self.read(move |c| {
-            // The same bound as SQLite's: a batch overlapping `lo..=hi` starts no further
-            // below `lo` than the run's widest batch spans.
-            let params: [i64; 4] = [key, lo, hi, through_seq as i64];
+            // The same bounds as SQLite's: a batch overlapping `lo..=hi` starts no further
+            // below `lo` than the reach of its span class; one statement probes every class.
+            let (classes, floors): (Vec<i16>, Vec<i64>) =
+                class_floors(lo).map(|(c, floor)| (c as i16, floor)).unzip();
             let rows = c.query_raw(
-                "SELECT seq, data FROM batches WHERE run_key = $1 AND lo_step >= $2 - (SELECT \
-                 max_span FROM runs WHERE key = $1) AND lo_step <= $3 AND hi_step >= $2 AND \
-                 seq <= $4 ORDER BY seq",
-                params,
+                "SELECT b.seq, b.data FROM unnest($5::SMALLINT[], $6::BIGINT[]) AS k(class, \
+                 floor) JOIN batches b ON b.run_key = $1 AND b.span_class = k.class AND \
+                 b.lo_step >= k.floor AND b.lo_step <= $3 AND b.hi_step >= $2 AND b.seq <= $4 \
+                 ORDER BY b.seq",
+                [
+                    &key as &(dyn postgres::types::ToSql + Sync),
+                    &lo,
+                    &hi,
+                    &(through_seq as i64),
+                    &classes,
+                    &floors,
+                ],
             )?;
             each_batch(rows, key, &mut state, &mut f)?;
             Ok(state)

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use stepstream_protocol::{MetricDef, MetricId, RunId, RunIdentity, RunStatus};
 
 /// Each migration, in order: version `i + 1` is `MIGRATIONS[i]`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE runs (
     key BIGSERIAL PRIMARY KEY,
     run_id TEXT NOT NULL UNIQUE,
@@ -75,7 +76,18 @@ CREATE TABLE judges (
     run_key BIGINT PRIMARY KEY,
     hub BIGINT NOT NULL
 );
-"];
+",
+    "
+-- Range reads find batches by span class (`blob::span_class`), not by one widest span per
+-- run. Rows written before have class 0 until filled here.
+ALTER TABLE batches ADD COLUMN span_class SMALLINT NOT NULL DEFAULT 0;
+-- The class is how many of 2^0 .. 2^62 the span reaches (numeric: spans past i64::MAX).
+UPDATE batches SET span_class = (SELECT count(*) FROM generate_series(0, 62) AS c
+    WHERE hi_step::numeric - lo_step >= 2::numeric ^ c) WHERE hi_step > lo_step;
+DROP INDEX batches_by_step;
+CREATE INDEX batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
+",
+];
 
 /// Any number: the advisory lock's key for migrations.
 const MIGRATION_LOCK: i64 = 0x5e5e_0001;

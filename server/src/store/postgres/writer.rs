@@ -2,7 +2,7 @@
 //! transaction, with the same meaning as SQLite's, plus the writer claim that several hubs
 //! need (a hub's memory only knows its own connections).
 
-use super::super::blob::{encode_records, encode_values, step_range};
+use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::{Result, RunKey, StoreError};
 
@@ -146,14 +146,13 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
         } => {
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
-            // The row lock this takes also orders two hubs storing the same run. The widest
-            // span rides on the same statement: one row write per batch.
+            // The row lock this takes also orders two hubs storing the same run.
             let range = step_range(records);
             let follows = tx.execute(
                 "UPDATE runs SET last_seq = $2::BIGINT, last_step = $3, last_point_at = $4, records = \
                  $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
-                 CASE WHEN status = 'stale' THEN 'running' ELSE status END, max_span = \
-                 GREATEST(max_span, $8) WHERE key = $1 AND last_seq = $2::BIGINT - 1",
+                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
+                 last_seq = $2::BIGINT - 1",
                 &[
                     key,
                     &(*seq as i64),
@@ -162,7 +161,6 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &(tail.records as i64),
                     &encode_values(&tail.last_values),
                     &stepstream_protocol::unix_now(),
-                    &range.map_or(0, |(lo, hi)| hi.saturating_sub(lo)),
                 ],
             )?;
             if follows == 0 {
@@ -173,8 +171,8 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             }
             let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;
             tx.execute(
-                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) VALUES ($1, $2, \
-                 $3, $4, $5, $6)",
+                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7)",
                 &[
                     key,
                     &(*seq as i64),
@@ -182,6 +180,7 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &blob,
                     &range.map(|r| r.0),
                     &range.map(|r| r.1),
+                    &(span_class(range) as i16),
                 ],
             )?;
             Ok(Applied::Inserted(true))

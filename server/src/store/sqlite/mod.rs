@@ -9,7 +9,7 @@ mod checkpoint;
 mod schema;
 mod writer;
 
-use super::blob::visit_values;
+use super::blob::{class_floors, visit_values};
 use super::command::{spawn_writer, Command, Writer};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
@@ -227,18 +227,27 @@ impl Reads {
     ) -> Result<S> {
         self.read(move |conn| {
             // A batch overlapping `lo..=hi` starts at or before `hi` and no further below
-            // `lo` than the widest batch of the run spans (`max_span`, kept on append).
-            // The batches' sequence numbers from the step index first (`INDEXED BY`: without
-            // statistics SQLite would rather walk the primary key, reading the whole run),
-            // then their blobs by key in sequence order, so no blob is ever sorted.
-            let mut seqs: Vec<i64> = conn
-                .prepare_cached(
-                    "SELECT seq FROM batches INDEXED BY batches_by_step WHERE run_key = ?1 \
-                     AND lo_step >= ?2 - (SELECT max_span FROM runs WHERE key = ?1) \
-                     AND lo_step <= ?3 AND hi_step >= ?2 AND seq <= ?4",
-                )?
-                .query_map(params![key, lo, hi, through_seq as i64], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+            // `lo` than the reach of its span class: one index probe per class. The
+            // batches' sequence numbers first (`INDEXED BY`: without statistics SQLite would
+            // rather walk the primary key, reading the whole run), then their blobs by key in
+            // sequence order, so no blob is ever sorted.
+            let mut seqs: Vec<i64> = Vec::new();
+            {
+                let mut probe = conn.prepare_cached(
+                    "SELECT seq FROM batches INDEXED BY batches_by_span WHERE run_key = ?1 \
+                     AND span_class = ?5 AND lo_step >= ?2 AND lo_step <= ?3 \
+                     AND hi_step >= ?4 AND seq <= ?6",
+                )?;
+                for (class, floor) in class_floors(lo) {
+                    let found = probe.query_map(
+                        params![key, floor, hi, lo, class, through_seq as i64],
+                        |r| r.get(0),
+                    )?;
+                    for seq in found {
+                        seqs.push(seq?);
+                    }
+                }
+            }
             seqs.sort_unstable();
             let mut stmt = conn
                 .prepare_cached("SELECT seq, data FROM batches WHERE run_key = ?1 AND seq = ?2")?;

@@ -1,7 +1,7 @@
 //! The database's tables, their versioned migrations (`PRAGMA user_version`), and reading
 //! the runs back at start-up.
 
-use super::super::blob::{decode_records, decode_values, step_range};
+use super::super::blob::{decode_records, decode_values, span_class, step_range};
 use super::super::{Result, RunKey, RunTail, StoreError, StoredRun};
 use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS batches (
     n INTEGER NOT NULL,
     lo_step INTEGER,
     hi_step INTEGER,
+    span_class INTEGER NOT NULL DEFAULT 0,
     data BLOB NOT NULL,
     PRIMARY KEY (run_key, seq)
 );
@@ -60,7 +61,7 @@ CREATE TABLE IF NOT EXISTS batches (
 
 /// Indexes created after [`migrate`] brought the tables they cover to this version.
 pub(super) const INDEXES: &str = "
-CREATE INDEX IF NOT EXISTS batches_by_step ON batches (run_key, lo_step, hi_step);
+CREATE INDEX IF NOT EXISTS batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
 ";
 
 /// `batches` as this version lays it out. A rowid table, not `WITHOUT ROWID`: a batch's
@@ -72,12 +73,14 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
 /// into the new layout with the step range of each read back from its blob, so range reads
-/// are exact on old runs too. One transaction: an interrupted migration leaves version 1.
+/// are exact on old runs too. Version 2 found range reads through one widest span per run;
+/// version 3 through each batch's span class. One transaction: an interrupted migration
+/// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version >= SCHEMA_VERSION {
@@ -134,10 +137,20 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         }
         tx.execute_batch("DROP TABLE batches; ALTER TABLE batches_v2 RENAME TO batches;")?;
     }
-    tx.execute_batch(
-        "UPDATE runs SET max_span = coalesce((SELECT max(hi_step - lo_step) FROM batches \
-         WHERE run_key = runs.key), 0);",
-    )?;
+    if !has("batches", "span_class")? {
+        tx.execute_batch(
+            "ALTER TABLE batches ADD COLUMN span_class INTEGER NOT NULL DEFAULT 0; \
+             DROP INDEX IF EXISTS batches_by_step;",
+        )?;
+        let mut read = tx.prepare("SELECT rowid, lo_step, hi_step FROM batches")?;
+        let mut write = tx.prepare("UPDATE batches SET span_class = ?2 WHERE rowid = ?1")?;
+        let mut rows = read.query([])?;
+        while let Some(row) = rows.next()? {
+            let (rowid, lo, hi): (i64, Option<i64>, Option<i64>) =
+                (row.get(0)?, row.get(1)?, row.get(2)?);
+            write.execute(params![rowid, span_class(lo.zip(hi))])?;
+        }
+    }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
@@ -282,5 +295,57 @@ mod tests {
         drop(store);
         let (store, _) = Store::open(&path, false).unwrap();
         assert_eq!(store.step_bounds(1).await.unwrap().map(|b| b.0), Some(0));
+    }
+
+    /// A database of schema version 2 (no span classes) is migrated: its batches, wide ones
+    /// included, are found by range reads afterwards.
+    #[tokio::test]
+    async fn a_version_2_database_gets_span_classes() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::store::Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        {
+            let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+            let key = store
+                .upsert_run(crate::store::test_identity("r", "p"), 1, 1.0)
+                .await
+                .unwrap();
+            crate::store::tests::append_steps(
+                &store,
+                key,
+                &[vec![1, 2], vec![100_000, 3], vec![100_001]],
+            )
+            .await;
+            drop(store);
+        }
+        // What version 2 wrote: no class column, the step index, `max_span` on the run.
+        let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
+        conn.execute_batch(
+            "DROP INDEX batches_by_span; ALTER TABLE batches DROP COLUMN span_class; \
+             CREATE INDEX batches_by_step ON batches (run_key, lo_step, hi_step); \
+             UPDATE runs SET max_span = 99997; PRAGMA user_version = 2;",
+        )
+        .unwrap();
+        drop(conn);
+        let (store, runs) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+        let key = runs[0].key;
+        assert_eq!(
+            crate::store::tests::read_range(&store, key, (3, 3)).await.1,
+            vec![3]
+        );
+        assert_eq!(
+            crate::store::tests::read_range(&store, key, (2, 100_000))
+                .await
+                .1,
+            vec![2, 100_000, 3]
+        );
+        assert_eq!(
+            crate::store::tests::read_range(&store, key, (100_001, 100_001))
+                .await
+                .1,
+            vec![100_001]
+        );
     }
 }

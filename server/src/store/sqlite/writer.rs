@@ -1,6 +1,6 @@
 //! SQLite's side of the writer thread: each command applied inside the group's transaction.
 
-use super::super::blob::{encode_records, encode_values, step_range};
+use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::{Result, RunKey};
 use rusqlite::{params, Connection};
@@ -90,13 +90,12 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let range = step_range(records);
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
-            // The widest span rides on the same statement: one row write per batch.
             let follows = tx
                 .prepare_cached(
                     "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
                      records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
-                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END, \
-                     max_span = max(max_span, ?8) WHERE key = ?1 AND last_seq = ?2 - 1",
+                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
+                     WHERE key = ?1 AND last_seq = ?2 - 1",
                 )?
                 .execute(params![
                     key,
@@ -106,7 +105,6 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     tail.records as i64,
                     encode_values(&tail.last_values),
                     protocol_now(),
-                    range.map_or(0, |(lo, hi)| hi.saturating_sub(lo)),
                 ])?;
             if follows == 0 {
                 let stored: i64 = tx
@@ -117,8 +115,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let blob = encode_records(records)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             tx.prepare_cached(
-                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(params![
                 key,
@@ -127,6 +125,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 blob,
                 range.map(|r| r.0),
                 range.map(|r| r.1),
+                span_class(range),
             ])?;
             Ok(Applied::Inserted(true))
         }
