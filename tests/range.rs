@@ -126,7 +126,7 @@ fn a_batch_whose_steps_go_backwards_is_found_by_every_range_it_covers() {
 /// Range reads of batches whose steps go backwards, on `hub`'s store (also run on
 /// PostgreSQL by the cluster tests).
 pub fn batches_that_go_backwards_are_found(hub: &Hub) {
-    let mut c = RawCollector::connect(&hub);
+    let mut c = RawCollector::connect(hub);
     c.send(hello("backwards", None));
     assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
     c.send(ToHub::DefineMetrics(DefineMetrics {
