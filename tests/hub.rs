@@ -209,6 +209,57 @@ fn downsampled_series_keeps_the_spike() {
     assert_eq!(seen.points["loss"][&spike_at].1, 40.0);
 }
 
+/// A thinned history of many metrics is read in groups whose budgets add up to at most
+/// 100,000 points (it once held every metric's at once): 60 metrics at a budget of 2,000
+/// are two groups, and the viewer gets every metric, thinned, its spike kept, and `done`
+/// only after the last.
+#[test]
+fn a_thinned_history_of_many_metrics_arrives_whole_and_done_last() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "tests", "wide")).unwrap();
+    let id = run.run_id().clone();
+    let names: Vec<String> = (0..60).map(|i| format!("m{i:02}")).collect();
+    for step in 0..10_000i64 {
+        let values: Vec<(&str, f64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    n.as_str(),
+                    if step == 7_777 {
+                        1e6
+                    } else {
+                        (step + i as i64) as f64
+                    },
+                )
+            })
+            .collect();
+        run.log(step, &values);
+    }
+    assert!(
+        run.finish_shared(Outcome::Finished, Duration::from_secs(60))
+            .delivered
+    );
+    let mut viewer = Viewer::connect(&hub);
+    viewer.subscribe(std::slice::from_ref(&id), Some(2000));
+    let mut metrics_when_done = None;
+    assert!(viewer.pump(Duration::from_secs(60), |v| {
+        let seen = v.runs.get(&id);
+        if seen.is_some_and(|s| s.backfill_done) && metrics_when_done.is_none() {
+            metrics_when_done = seen.map(|s| s.points.len());
+        }
+        metrics_when_done.is_some()
+    }));
+    assert_eq!(metrics_when_done, Some(60), "done came before every metric");
+    let seen = &viewer.runs[&id];
+    for name in &names {
+        let n = seen.count(name);
+        assert!((1000..=2000).contains(&n), "{name}: {n} points");
+        assert_eq!(seen.points[name][&7_777].1, 1e6, "{name} lost its spike");
+        assert!(seen.duplicates(name).is_empty());
+    }
+}
+
 #[test]
 fn a_slow_viewer_is_resynchronised_and_still_gets_everything_once() {
     let hub = Hub::start(&[]);

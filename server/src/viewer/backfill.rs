@@ -3,12 +3,17 @@
 use super::{frame, Filter, Out};
 use crate::downsample::PerMetric;
 use crate::hub::{Hub, Run};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use stepstream_protocol::{Backfill, MetricId, Series, StepRecord, ToViewer};
 
 /// Values per backfill chunk, at most.
-const CHUNK_VALUES: usize = 50_000;
+const CHUNK_VALUES: usize = 25_000;
+
+/// Points a thinned history holds at once, at most (the budgets of the metrics it reads
+/// together; one metric whose budget is larger is read alone).
+const GROUP_POINTS: usize = 100_000;
 
 /// Sends the stored batches `after < seq <= through` (exactly, or thinned to `budget` points
 /// per metric), in chunks of at most one metric and [`CHUNK_VALUES`] points, the last one
@@ -46,49 +51,69 @@ pub(super) async fn backfill(
             .unwrap_or((0, last_step.unwrap_or(0)));
         let lo = filter.from_step.map_or(lo, |from| from.max(lo));
         let range = (lo, hi.max(lo));
-        // Two halves of the run on two threads, their M4s merged: the same answer, sooner.
-        let scan = |from: u64, to: u64| {
-            let filter = filter.clone();
-            hub.store.scan_values(
-                run.key,
-                from,
-                to,
-                PerMetric::new(budget, range),
-                move |per_metric, step, time, id, v| {
-                    if filter.step_ok(step) && filter.wants(id) {
-                        per_metric.push(id, step, v, time);
-                    }
-                },
-            )
-        };
-        let mid = after + (through - after) / 2;
-        let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
-            .map(|(early, late)| early.merge(late));
-        let per_metric = match scanned {
-            Ok(per_metric) => per_metric,
-            Err(e) => {
-                tracing::error!(error = %e, "backfill failed");
-                return ControlFlow::Break(());
-            }
-        };
-        let mut pieces = Vec::new();
-        for (metric, points) in per_metric.finish() {
-            let (steps, values, times, thinned) = points.finish();
-            for part in split_series(metric, steps, values, times) {
-                pieces.push((part, thinned));
-            }
-        }
-        let n = pieces.len();
-        if n == 0 {
+        // Metrics in groups whose budgets add up to at most GROUP_POINTS: a thinned
+        // history holds one group's points at a time, however many metrics the run has.
+        let wanted: Vec<MetricId> = run.state(|st| {
+            st.metrics
+                .iter()
+                .map(|m| m.id)
+                .filter(|&id| filter.wants(id))
+                .collect()
+        });
+        let per_group = (GROUP_POINTS / budget).max(1);
+        let groups: Vec<&[MetricId]> = wanted.chunks(per_group).collect();
+        if groups.is_empty() {
             sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
         }
-        for (i, (series, thinned)) in pieces.into_iter().enumerate() {
-            if out
-                .send(chunk(vec![series], thinned, i + 1 == n))
-                .await
-                .is_err()
-            {
-                sent = false;
+        for (g, group) in groups.iter().enumerate() {
+            let last_group = g + 1 == groups.len();
+            let group: Arc<HashSet<MetricId>> = Arc::new(group.iter().copied().collect());
+            // Two halves of the run on two threads, their M4s merged: the same answer,
+            // sooner.
+            let scan = |from: u64, to: u64| {
+                let filter = filter.clone();
+                let group = group.clone();
+                hub.store.scan_values(
+                    run.key,
+                    from,
+                    to,
+                    PerMetric::new(budget, range),
+                    move |per_metric, step, time, id, v| {
+                        if filter.step_ok(step) && group.contains(&id) {
+                            per_metric.push(id, step, v, time);
+                        }
+                    },
+                )
+            };
+            let mid = after + (through - after) / 2;
+            let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
+                .map(|(early, late)| early.merge(late));
+            let per_metric = match scanned {
+                Ok(per_metric) => per_metric,
+                Err(e) => {
+                    tracing::error!(error = %e, "backfill failed");
+                    return ControlFlow::Break(());
+                }
+            };
+            let mut pieces = Vec::new();
+            for (metric, points) in per_metric.finish() {
+                let (steps, values, times, thinned) = points.finish();
+                for part in split_series(metric, steps, values, times) {
+                    pieces.push((part, thinned));
+                }
+            }
+            if pieces.is_empty() && last_group {
+                sent = out.send(chunk(Vec::new(), false, true)).await.is_ok();
+            }
+            let n = pieces.len();
+            for (i, (series, thinned)) in pieces.into_iter().enumerate() {
+                let done = last_group && i + 1 == n;
+                if out.send(chunk(vec![series], thinned, done)).await.is_err() {
+                    sent = false;
+                    break;
+                }
+            }
+            if !sent {
                 break;
             }
         }

@@ -35,9 +35,11 @@ use backfill::backfill;
 use filter::Filter;
 
 const OUTGOING_CAPACITY: usize = 256;
-/// Bytes of frames a viewer's queue holds, at most: a viewer that stops reading costs the
-/// hub this much memory, however long the history it asked for.
-const OUTGOING_BYTES: usize = 8 << 20;
+/// Bytes of frames a viewer's queue holds, at most. A viewer that stops reading costs the
+/// hub this, plus the history page a subscription holds while it waits for room (at most
+/// 25,000 points and one batch) and the socket's write buffer: under 8 MiB in all, however
+/// long the history it asked for (`viewers_that_never_read_cost_at_most_8_mib_each_and_block_nobody`).
+const OUTGOING_BYTES: usize = 5 << 20;
 
 /// A viewer that does not take a frame for this long is disconnected: its queue, its
 /// subscription tasks and their reads are freed.
@@ -86,7 +88,7 @@ fn visible(hub: &Hub, scope: &Scope, run_id: &RunId) -> bool {
 
 /// The run list as the viewer's token may see it.
 /// Runs per run-list page: with headline values a page is a few hundred KiB, far inside a
-/// viewer's 8 MiB queue, however many runs the hub keeps.
+/// viewer's 5 MiB queue, however many runs the hub keeps.
 const RUN_LIST_PAGE: usize = 1000;
 
 /// Sends the run list as the viewer's token may see it, in pages; `Err` when the viewer is
