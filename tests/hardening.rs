@@ -295,6 +295,55 @@ fn viewers_that_never_read_cost_at_most_8_mib_each_and_block_nobody() {
     drop(stuck);
 }
 
+/// A client that asks for a long answer (a CSV download, a series at a large budget) and
+/// stops reading once held the connection, and everything its answer holds, for ever: now
+/// the hub closes it once it has taken nothing for the write stall (`--limit
+/// write_stall_s`, 2 s here), and the client never gets the rest.
+#[test]
+fn a_client_that_stops_reading_an_answer_is_dropped_after_the_write_stall() {
+    use std::io::{Read, Write};
+    let hub = Hub::start(&["--limit", "write_stall_s=2"]);
+    let run = Collector::start(options(&hub, "long")).unwrap();
+    let id = run.run_id().clone();
+    for step in 0..300_000i64 {
+        let v = step as f64 * 1.000_001;
+        run.log(
+            step,
+            &[("m0", v), ("m1", -v), ("m2", v / 3.0), ("m3", v / 7.0)],
+        );
+    }
+    assert!(
+        run.finish_shared(Outcome::Finished, Duration::from_secs(60))
+            .delivered
+    );
+    for path in [
+        format!("/api/runs/{id}/metrics.csv"),
+        format!("/api/runs/{id}/series?metric=m0&budget=1000000"),
+    ] {
+        // What a reader that keeps reading gets.
+        let whole = hub.get(&path);
+        assert_eq!(whole.status, 200);
+        let full = whole.body.len();
+        assert!(full > 10_000_000, "{path}: {full} bytes only");
+        let mut s = std::net::TcpStream::connect(hub.addr()).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            hub.addr()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_secs(6));
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = Vec::new();
+        let outcome = s.read_to_end(&mut got);
+        assert!(
+            got.len() < full,
+            "{path}: a reader that stalled for 6 s still got all {} bytes ({outcome:?})",
+            got.len()
+        );
+    }
+}
+
 /// CPU ticks (user + system) a process has used.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -200,13 +200,14 @@ pub struct SeriesQuery {
 
 /// One metric over the steps `from..=to` (default: the whole run), every raw point while
 /// they fit the budget (default 2000), else M4-downsampled to it; each point with its wall
-/// time. Found through the step index, so a narrow window of a long run is cheap.
+/// time. Found through the step index, so a narrow window of a long run is cheap. The
+/// answer holds the budget's points, and its JSON is written as the client takes it.
 pub async fn series(
     State(app): State<AppState>,
     Extension(scope): Extension<Scope>,
     Path(id): Path<String>,
     Query(q): Query<SeriesQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = find(&app, &id, &scope).await?;
     let (metric, last_seq) = run.state(|st| {
         let metric = st.metrics.iter().find(|m| m.name == q.metric).map(|m| m.id);
@@ -249,7 +250,7 @@ pub async fn series(
         )
         .await?;
     let (steps, values, times, downsampled) = points.finish();
-    Ok(Json(json!({
+    let head = json!({
         "run_id": id,
         "metric": q.metric,
         "from": lo,
@@ -257,10 +258,108 @@ pub async fn series(
         "budget": budget,
         "total_points": total,
         "downsampled": downsampled,
-        "steps": steps,
-        "values": values.into_iter().map(json_f64).collect::<Vec<_>>(),
-        "times": times,
-    })))
+    });
+    let body = SeriesBody {
+        head: Some(head),
+        columns: [
+            Column::Steps(steps),
+            Column::Values(values),
+            Column::Times(times),
+        ],
+        column: 0,
+        at: 0,
+    };
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(futures_util::stream::iter(
+            body.map(Ok::<_, std::convert::Infallible>),
+        )),
+    )
+        .into_response())
+}
+
+/// Bytes of JSON a `/series` answer is written in at a time: a budget of a million points
+/// is ~60 MB of text, never held whole.
+const SERIES_PIECE: usize = 64 * 1024;
+
+/// One of a series answer's arrays.
+enum Column {
+    Steps(Vec<i64>),
+    Values(Vec<f64>),
+    Times(Vec<f64>),
+}
+
+impl Column {
+    fn name(&self) -> &'static str {
+        match self {
+            Column::Steps(_) => "steps",
+            Column::Values(_) => "values",
+            Column::Times(_) => "times",
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Column::Steps(v) => v.len(),
+            Column::Values(v) | Column::Times(v) => v.len(),
+        }
+    }
+
+    fn write(&self, i: usize, out: &mut Vec<u8>) {
+        use std::io::Write;
+        let _ = match self {
+            Column::Steps(v) => write!(out, "{}", v[i]),
+            // NaN and the infinities as the strings the API writes for them.
+            Column::Values(v) => {
+                serde_json::to_writer(&mut *out, &json_f64(v[i])).map_err(Into::into)
+            }
+            Column::Times(v) => serde_json::to_writer(&mut *out, &v[i]).map_err(Into::into),
+        };
+    }
+}
+
+/// A series answer written piece by piece: the head's fields, then each array.
+struct SeriesBody {
+    head: Option<Value>,
+    columns: [Column; 3],
+    column: usize,
+    at: usize,
+}
+
+impl Iterator for SeriesBody {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        let mut out = Vec::with_capacity(SERIES_PIECE + 64);
+        if let Some(head) = self.head.take() {
+            // `{"budget":..,"downsampled":..,...` without its closing brace.
+            let mut text = head.to_string();
+            text.pop();
+            out.extend_from_slice(text.as_bytes());
+        }
+        while self.column < self.columns.len() && out.len() < SERIES_PIECE {
+            let column = &self.columns[self.column];
+            if self.at == 0 {
+                out.extend_from_slice(format!(",\"{}\":[", column.name()).as_bytes());
+            }
+            while self.at < column.len() && out.len() < SERIES_PIECE {
+                if self.at > 0 {
+                    out.push(b',');
+                }
+                column.write(self.at, &mut out);
+                self.at += 1;
+            }
+            if self.at == column.len() {
+                out.push(b']');
+                self.column += 1;
+                self.at = 0;
+                if self.column == self.columns.len() {
+                    out.push(b'}');
+                }
+            }
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
 }
 
 fn attachment(name: &str) -> String {

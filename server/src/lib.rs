@@ -10,6 +10,7 @@
 //! * `guard` — `Host` and `Origin` checks: who may talk to the hub at all.
 //! * `auth` — tokens.
 //! * `limits` — what one collector, run, project and address may use.
+//! * `listen` — accepting connections, and the timers that free stalled ones.
 //! * `metrics` — `/metrics` for Prometheus.
 //! * `web` — the embedded web app and the embeddable widget's files.
 
@@ -22,6 +23,7 @@ pub mod guard;
 pub mod hub;
 pub mod ingest;
 pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod store;
@@ -309,10 +311,11 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         settings.allowed_origins.clone(),
     );
     let app = router(state, guard);
+    let stall = settings.limits.write_stall;
     let task = match &settings.tls {
         None => {
             let open = Arc::new(tokio::sync::Semaphore::new(settings.limits.connections));
-            tokio::spawn(serve_plain(listener, app, open))
+            tokio::spawn(listen::serve_plain(listener, app, open, stall))
         }
         Some(files) => {
             let config = RustlsConfig::from_pem_file(&files.cert, &files.key)
@@ -324,12 +327,12 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
                 })?;
             tokio::spawn(reload_on_change(config.clone(), files.clone()));
             let mut server = axum_server::from_tcp_rustls(listener.into_std()?, config)?
-                .map(|tls| tls.acceptor(axum_server::accept::NoDelayAcceptor::new()));
+                .map(|tls| tls.acceptor(listen::DeadlineAcceptor { stall }));
             server
                 .http_builder()
                 .http1()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
+                .header_read_timeout(listen::HEADER_READ_TIMEOUT);
             tokio::spawn(async move {
                 server
                     .serve(app.into_make_service_with_connect_info::<SocketAddr>())
@@ -338,75 +341,6 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
         }
     };
     Ok(Running { addr, hub, task })
-}
-
-/// A connection that has not sent a whole request head within this is closed (also between
-/// the requests of a kept-alive connection): a peer that sends nothing, or headers a byte at
-/// a time, holds no task for long. axum's own `serve` sets no timer, so it had no such limit.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Serves plain HTTP (and its WebSocket upgrades): at most `open`'s permits of connections at
-/// once (`--limit connections`; past it a new connection is closed at once, with a log line),
-/// each with [`HEADER_READ_TIMEOUT`] and `TCP_NODELAY`.
-async fn serve_plain(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    open: Arc<tokio::sync::Semaphore>,
-) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let builder = Arc::new(builder);
-    loop {
-        let (tcp, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors, say: wait rather than spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "connection refused: the hub has its most open connections (limit connections)");
-            drop(tcp);
-            continue;
-        };
-        // Frames are small and each is worth sending now: without `TCP_NODELAY` a frame
-        // waits for the peer's delayed ACK of the one before (up to 40 ms on Linux)
-        // whenever the peer sends nothing back, as viewers, and collectors between
-        // acknowledgements, do.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-        let service = hyper_util::service::TowerToHyperService::new(
-            app.clone()
-                .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
-        );
-        let builder = builder.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            // hyper's timer starts at a request's first byte: a peer that sends nothing at
-            // all is timed out here.
-            let mut first = [0u8; 1];
-            if !matches!(
-                tokio::time::timeout(HEADER_READ_TIMEOUT, tcp.peek(&mut first)).await,
-                Ok(Ok(1..))
-            ) {
-                tracing::debug!(%peer, "connection sent nothing within the header-read timeout");
-                return;
-            }
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-                .await
-            {
-                tracing::trace!(error = %e, %peer, "connection ended");
-            }
-        });
-    }
 }
 
 /// The files' modification times, to notice a renewed certificate.

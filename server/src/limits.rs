@@ -29,6 +29,8 @@ pub struct HubLimits {
     pub connections: usize,
     /// The largest point budget a viewer may ask for.
     pub viewer_budget: u32,
+    /// How long a connection may take nothing the hub writes before it is closed.
+    pub write_stall: std::time::Duration,
 }
 
 impl Default for HubLimits {
@@ -41,6 +43,7 @@ impl Default for HubLimits {
             pending_hellos: 4096,
             connections: 16_384,
             viewer_budget: 1_000_000,
+            write_stall: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -67,6 +70,10 @@ pub const NAMES: &[(&str, &str)] = &[
         "collector sockets awaiting their hello, from all addresses",
     ),
     ("viewer_budget", "points per metric a viewer may ask for"),
+    (
+        "write_stall_s",
+        "seconds a connection may take nothing the hub writes (then it is closed)",
+    ),
 ];
 
 impl HubLimits {
@@ -104,6 +111,7 @@ impl HubLimits {
             "pending_hellos" => self.pending_hellos = value as usize,
             "connections" => self.connections = value as usize,
             "viewer_budget" => self.viewer_budget = small(value)?,
+            "write_stall_s" => self.write_stall = std::time::Duration::from_secs(value),
             other => {
                 return Err(format!(
                     "--limit: unknown limit {other:?} (names: {})",

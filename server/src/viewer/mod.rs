@@ -8,7 +8,8 @@
 //! bounded in frames and in bytes; when it is full the subscription task waits, its live
 //! channel lags, and it then sends a [`Resync`] and the missed batches from the store. History
 //! is read in pages, each read finished before its frames are queued: a slow viewer costs
-//! only itself, and a viewer that takes nothing for `WRITE_TIMEOUT` is disconnected.
+//! only itself, and a viewer that takes nothing for the write stall (`--limit write_stall_s`,
+//! 30 s) is disconnected.
 
 use crate::auth::Scope;
 use crate::hub::{Hub, LiveEvent, Run};
@@ -40,10 +41,6 @@ const OUTGOING_CAPACITY: usize = 256;
 /// 25,000 points and one batch) and the socket's write buffer: under 8 MiB in all, however
 /// long the history it asked for (`viewers_that_never_read_cost_at_most_8_mib_each_and_block_nobody`).
 const OUTGOING_BYTES: usize = 5 << 20;
-
-/// A viewer that does not take a frame for this long is disconnected: its queue, its
-/// subscription tasks and their reads are freed.
-const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Frames written to a viewer's socket at once, at most: a write costs the hub the same
 /// for one frame as for many.
@@ -196,6 +193,7 @@ async fn serve(
     let (mut sink, mut stream) = socket.split();
     let (out, mut outgoing) = Out::new();
     let budget = out.bytes.clone();
+    let write_timeout = hub.limits.write_stall;
     let writer = tokio::spawn(async move {
         let mut taken = Vec::with_capacity(COALESCE_FRAMES);
         while outgoing.recv_many(&mut taken, COALESCE_FRAMES).await > 0 {
@@ -214,14 +212,14 @@ async fn serve(
                 }
                 sink.flush().await
             };
-            let outcome = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+            let outcome = tokio::time::timeout(write_timeout, write).await;
             // The permits go with the frames: their bytes are the socket's now.
             taken.clear();
             match outcome {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
-                    tracing::info!("viewer took no frame for {WRITE_TIMEOUT:?}; disconnecting it");
+                    tracing::info!("viewer took no frame for {write_timeout:?}; disconnecting it");
                     break;
                 }
             }
