@@ -756,6 +756,74 @@ fn raw_collector_socket(hub: &Hub) -> std::net::TcpStream {
     s
 }
 
+/// Sockets that each send a little less than the per-socket pre-hello limit, as one
+/// fragmented message of small frames, could add up to a gigabyte (4,096 of 256 KiB): now
+/// they share one budget (`--limit prehello_bytes`, 4 MiB here); the socket past it is
+/// refused with the reason, its bytes are given back when it closes, and the hub's memory
+/// stays near the budget.
+#[test]
+fn sockets_sending_small_frames_before_a_hello_share_one_budget() {
+    use std::io::{Read, Write};
+    let hub = Hub::start(&[
+        "--write-token",
+        "w",
+        "--read-token",
+        "r",
+        "--limit",
+        "prehello_bytes=4194304",
+    ]);
+    let pid = hub.pid();
+    let before = rss_mb(pid);
+    // A binary message begun and never finished: frames of 1,000 bytes, the first without
+    // FIN, then continuations; 200 frames per socket (~200 KiB, under the 256 KiB limit).
+    let frame = |opcode: u8| {
+        let mut f = vec![opcode, 0x80 | 126];
+        f.extend_from_slice(&1000u16.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        f.extend(std::iter::repeat_n(b'x', 1000));
+        f
+    };
+    let mut message = frame(0x02);
+    for _ in 1..200 {
+        message.extend(frame(0x00));
+    }
+    let mut socks = Vec::new();
+    let mut refused = None;
+    for i in 0..60 {
+        let mut s = raw_collector_socket(&hub);
+        let _ = s.write_all(&message);
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut reply = [0u8; 512];
+        if let Ok(n @ 1..) = s.read(&mut reply) {
+            let text = String::from_utf8_lossy(&reply[..n]).to_string();
+            if refused.is_none() && text.contains("prehello_bytes") {
+                refused = Some(i);
+            }
+        }
+        socks.push(s);
+    }
+    let refused = refused.expect("no socket was refused for the shared pre-hello budget");
+    // 4 MiB of ~200 KiB messages: about the twenty-first is the first refused.
+    assert!(
+        (15..=25).contains(&refused),
+        "the first refused was socket {refused}"
+    );
+    let grown = rss_mb(pid) - before;
+    eprintln!("hub RSS grew {grown:.1} MB with 60 sockets of ~200 KiB each before a hello");
+    assert!(grown < 40.0, "hub memory grew {grown:.0} MB");
+    // Their bytes are given back as they close: a collector gets in.
+    drop(socks);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut o = options(&hub, "after-budget");
+    o.token = Some("w".into());
+    let run = Collector::start(o).unwrap();
+    run.log(0, &[("loss", 1.0)]);
+    assert!(run.finish(Outcome::Finished).delivered);
+    let stored = http_get(&hub.addr(), "/api/runs", Some("r"));
+    assert!(stored.text().contains("after-budget"));
+}
+
 /// Forty sockets that each began a 15 MiB frame once made the hub hold ~630 MB before any
 /// hello: now a frame announcing more than a hello needs is refused as its header arrives,
 /// with the reason, and a thousand such sockets cost the hub little.

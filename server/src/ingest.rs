@@ -92,24 +92,29 @@ pub async fn collector_socket(
         // mostly a few hundred bytes. Big batches are still read whole, in more reads.
         .read_buffer_size(SOCKET_READ_BUFFER);
     let client = crate::limits::client_addr(peer.ip(), &app.trusted_proxies, req.headers());
-    crate::upgrade::upgrade(req, config, move |socket, gate| async move {
-        let sockets = app.sockets.clone();
-        let _open = crate::metrics::Open::new(&sockets.collectors);
-        let mut conn = Conn {
-            socket,
-            id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
-            token: None,
-            gate,
-            pending: Some(pending),
-            slot: None,
-            client,
-        };
-        if let Err(refusal) = serve(&app, &mut conn).await {
-            tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
-            conn.send(FromHub::HubError(refusal)).await;
-            let _ = conn.socket.send(Message::Close(None)).await;
-        }
-    })
+    crate::upgrade::upgrade(
+        req,
+        config,
+        app.prehello_bytes.clone(),
+        move |socket, gate| async move {
+            let sockets = app.sockets.clone();
+            let _open = crate::metrics::Open::new(&sockets.collectors);
+            let mut conn = Conn {
+                socket,
+                id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
+                token: None,
+                gate,
+                pending: Some(pending),
+                slot: None,
+                client,
+            };
+            if let Err(refusal) = serve(&app, &mut conn).await {
+                tracing::info!(code = ?refusal.code, message = %refusal.message, "collector refused");
+                conn.send(FromHub::HubError(refusal)).await;
+                let _ = conn.socket.send(Message::Close(None)).await;
+            }
+        },
+    )
 }
 
 struct Conn {

@@ -115,6 +115,8 @@ pub struct AppState {
     pub sockets: Arc<metrics::Sockets>,
     /// Places for collector sockets awaiting their hello (`pending_hellos`).
     pub pending_hellos: Arc<tokio::sync::Semaphore>,
+    /// Bytes all sockets awaiting their hello may have sent (`prehello_bytes`).
+    pub prehello_bytes: Arc<tokio::sync::Semaphore>,
     /// See [`Settings::trusted_proxies`].
     pub trusted_proxies: Arc<[std::net::IpAddr]>,
 }
@@ -289,6 +291,7 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
             .into(),
         sockets: Arc::default(),
         pending_hellos: Arc::new(tokio::sync::Semaphore::new(settings.limits.pending_hellos)),
+        prehello_bytes: Arc::new(tokio::sync::Semaphore::new(settings.limits.prehello_bytes)),
         trusted_proxies: settings.trusted_proxies.clone().into(),
     };
     if let Some(path) = settings.tokens_file.clone() {

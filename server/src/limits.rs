@@ -25,6 +25,8 @@ pub struct HubLimits {
     /// Collector sockets awaiting their hello, from all addresses together (each costs a
     /// few KiB: see `upgrade.rs`).
     pub pending_hellos: usize,
+    /// Bytes all collector sockets awaiting their hello may have sent, together.
+    pub prehello_bytes: usize,
     /// Open connections (HTTP and WebSocket) from all addresses together.
     pub connections: usize,
     /// The largest point budget a viewer may ask for.
@@ -41,6 +43,7 @@ impl Default for HubLimits {
             runs_per_project: 20_000,
             connections_per_addr: 1024,
             pending_hellos: 4096,
+            prehello_bytes: 64 << 20,
             connections: 16_384,
             viewer_budget: 1_000_000,
             write_stall: std::time::Duration::from_secs(30),
@@ -68,6 +71,10 @@ pub const NAMES: &[(&str, &str)] = &[
     (
         "pending_hellos",
         "collector sockets awaiting their hello, from all addresses",
+    ),
+    (
+        "prehello_bytes",
+        "bytes all collector sockets awaiting their hello may have sent, together",
     ),
     ("viewer_budget", "points per metric a viewer may ask for"),
     (
@@ -109,6 +116,7 @@ impl HubLimits {
             "runs_per_project" => self.runs_per_project = value as usize,
             "connections_per_addr" => self.connections_per_addr = value as usize,
             "pending_hellos" => self.pending_hellos = value as usize,
+            "prehello_bytes" => self.prehello_bytes = value.min(u64::from(u32::MAX)) as usize,
             "connections" => self.connections = value as usize,
             "viewer_budget" => self.viewer_budget = small(value)?,
             "write_stall_s" => self.write_stall = std::time::Duration::from_secs(value),

@@ -6,8 +6,11 @@
 //! each frame's header as its bytes arrive and refuses a frame that announces more (or a
 //! connection that sends more in all) before a byte of its payload is buffered. Forty sockets
 //! that each began a 15 MiB frame once made the hub hold ~630 MB before any hello; now each
-//! costs its read buffer. Once the hello is accepted ([`Gate::open`]) the wrapper passes bytes
-//! through untouched.
+//! costs its read buffer. What all peers without an accepted hello sent is bounded too: each
+//! byte takes a permit from the hub's pre-hello budget (`--limit prehello_bytes`), given back
+//! when its hello is accepted or its socket closes, so many sockets each sending a little
+//! less than the limit in small frames cannot add up to gigabytes. Once the hello is
+//! accepted ([`Gate::open`]) the wrapper passes bytes through untouched.
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -17,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
@@ -25,16 +29,50 @@ use tokio_tungstenite::WebSocketStream;
 pub const HELLO_LIMIT: usize = 256 * 1024;
 
 /// Whether the hello was accepted, and whether the gate refused the peer (and why).
-#[derive(Default)]
 pub struct Gate {
     open: AtomicBool,
     refused: std::sync::Mutex<Option<String>>,
+    /// The hub's pre-hello byte budget, and this peer's share of it.
+    budget: Arc<Semaphore>,
+    held: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl Gate {
-    /// The hello was accepted: from now on bytes pass untouched.
+    /// A closed gate drawing on the hub's pre-hello byte `budget`.
+    pub fn new(budget: Arc<Semaphore>) -> Gate {
+        Gate {
+            open: AtomicBool::new(false),
+            refused: std::sync::Mutex::default(),
+            budget,
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The hello was accepted: from now on bytes pass untouched, and what this peer sent
+    /// before is no longer counted against the pre-hello budget.
     pub fn open(&self) {
         self.open.store(true, Ordering::Release);
+        if let Ok(mut held) = self.held.lock() {
+            held.take();
+        }
+    }
+
+    /// Counts `n` more bytes against the hub's pre-hello budget.
+    fn take(&self, n: usize) -> std::io::Result<()> {
+        let Ok(more) = self.budget.clone().try_acquire_many_owned(n as u32) else {
+            return Err(self.refuse(
+                "the hub holds its most bytes from sockets without an accepted hello (limit \
+                 prehello_bytes); retry later"
+                    .to_string(),
+            ));
+        };
+        if let Ok(mut held) = self.held.lock() {
+            match held.as_mut() {
+                Some(h) => h.merge(more),
+                None => *held = Some(more),
+            }
+        }
+        Ok(())
     }
 
     /// Why the gate refused the peer, if it did.
@@ -94,6 +132,7 @@ impl<S> Gated<S> {
                 "more than {HELLO_LIMIT} bytes before an accepted hello"
             )));
         }
+        self.gate.take(data.len())?;
         while !data.is_empty() {
             match &mut self.frames {
                 Frames::Payload(left) => {
@@ -188,7 +227,12 @@ pub type Socket = WebSocketStream<Gated<hyper_util::rt::TokioIo<hyper::upgrade::
 
 /// Answers a WebSocket handshake (RFC 6455) and hands the upgraded, gated socket to `serve`
 /// once the client has switched protocols; a request that is no handshake gets a 400.
-pub fn upgrade<F, Fut>(mut req: Request, config: WebSocketConfig, serve: F) -> Response
+pub fn upgrade<F, Fut>(
+    mut req: Request,
+    config: WebSocketConfig,
+    budget: Arc<Semaphore>,
+    serve: F,
+) -> Response
 where
     F: FnOnce(Socket, Arc<Gate>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -227,7 +271,7 @@ where
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                let gate = Arc::new(Gate::default());
+                let gate = Arc::new(Gate::new(budget));
                 let io = Gated::new(hyper_util::rt::TokioIo::new(upgraded), gate.clone());
                 let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
                 serve(socket, gate).await;
@@ -249,6 +293,10 @@ where
 mod tests {
     use super::*;
 
+    fn new_gate() -> Arc<Gate> {
+        Arc::new(Gate::new(Arc::new(Semaphore::new(1 << 30))))
+    }
+
     fn header(len: u64, masked: bool) -> Vec<u8> {
         let mut h = vec![0x82];
         let m = if masked { 0x80 } else { 0 };
@@ -269,7 +317,7 @@ mod tests {
 
     #[test]
     fn a_large_frame_is_refused_at_its_header_even_a_byte_at_a_time() {
-        let gate = Arc::new(Gate::default());
+        let gate = new_gate();
         let mut g = Gated::new((), gate.clone());
         let h = header(16 << 20, true);
         let mut refused = false;
@@ -285,7 +333,7 @@ mod tests {
 
     #[test]
     fn small_frames_pass_until_the_total_is_spent() {
-        let gate = Arc::new(Gate::default());
+        let gate = new_gate();
         let mut g = Gated::new((), gate.clone());
         let mut frame = header(1000, true);
         frame.extend(std::iter::repeat_n(7u8, 1000));
@@ -297,7 +345,7 @@ mod tests {
         assert!(sent > HELLO_LIMIT - 2 * frame.len(), "{sent}");
         assert!(gate.refusal().unwrap().contains("before an accepted hello"));
         // Frames split anywhere are followed: a header across two reads, payload in pieces.
-        let gate = Arc::new(Gate::default());
+        let gate = new_gate();
         let mut g = Gated::new((), gate);
         let mut two = header(70_000, true);
         two.extend(std::iter::repeat_n(0u8, 70_000));
@@ -307,5 +355,39 @@ mod tests {
             g.inspect(piece).unwrap();
         }
         assert!(matches!(g.frames, Frames::Header { have: 0, .. }));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// Peers without an accepted hello share one byte budget: past it a peer is refused,
+    /// and an accepted hello gives its bytes back.
+    #[test]
+    fn sockets_before_their_hello_share_one_byte_budget() {
+        let budget = Arc::new(Semaphore::new(10_000));
+        let gates: Vec<Arc<Gate>> = (0..3)
+            .map(|_| Arc::new(Gate::new(budget.clone())))
+            .collect();
+        let mut first = Gated::new((), gates[0].clone());
+        let mut second = Gated::new((), gates[1].clone());
+        let mut third = Gated::new((), gates[2].clone());
+        // Payload bytes of a frame announced earlier: only the counting matters here.
+        first.frames = Frames::Payload(u64::MAX);
+        second.frames = Frames::Payload(u64::MAX);
+        third.frames = Frames::Payload(u64::MAX);
+        first.inspect(&[0; 6_000]).unwrap();
+        second.inspect(&[0; 4_000]).unwrap();
+        let refused = third.inspect(&[0; 1]).unwrap_err();
+        assert!(refused.to_string().contains("prehello_bytes"), "{refused}");
+        // The first peer's hello is accepted: its 6,000 bytes are free again.
+        gates[0].open();
+        let mut fourth = Gated::new((), Arc::new(Gate::new(budget.clone())));
+        fourth.frames = Frames::Payload(u64::MAX);
+        fourth.inspect(&[0; 6_000]).unwrap();
+        // Sockets that close give their shares back too: only the fourth's is held now.
+        drop((second, third, gates));
+        assert_eq!(budget.available_permits(), 4_000);
     }
 }
