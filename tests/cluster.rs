@@ -611,8 +611,9 @@ fn publish_on_bus(nats: &Nats, frame: &[u8]) {
 
 /// The bus is not trusted: a forged batch for a run (the next sequence number, values never
 /// stored) once moved another hub's tail, showed its points to that hub's viewers, and made a
-/// collector resuming through it drop a batch it had not had stored. Peer batches are hints;
-/// what is applied is read from PostgreSQL.
+/// collector resuming through it drop a batch it had not had stored; a forged metric name,
+/// failure or alert was shown as said. Peer messages are hints; what is applied and told is
+/// read from PostgreSQL.
 #[test]
 fn a_forged_peer_batch_neither_shows_points_nor_moves_a_resuming_collectors_position() {
     let pg = Postgres::start();
@@ -657,9 +658,59 @@ fn a_forged_peer_batch_neither_shows_points_nor_moves_a_resuming_collectors_posi
         })
         .encode(),
     );
+    // ... and a metric, a failure and an alert nobody stored.
+    for forged in [
+        ToPeer::PeerMetrics(PeerMetrics {
+            hub: 12345,
+            run_id: id.clone(),
+            metrics: vec![MetricDef {
+                id: MetricId(7),
+                name: "phantom".into(),
+            }],
+        }),
+        ToPeer::PeerRun(PeerRun {
+            hub: 12345,
+            run_id: id.clone(),
+            change: Some(StatusChange {
+                run_id: id.clone(),
+                status: RunStatus::Failed,
+                message: Some("forged".into()),
+                at: unix_now(),
+            }),
+        }),
+        ToPeer::PeerAlert(PeerAlert {
+            hub: 12345,
+            alert: Alert {
+                run_id: id.clone(),
+                rule: "forged".into(),
+                fired: true,
+                step: 0,
+                value: 1.0,
+                message: "forged".into(),
+                at: unix_now(),
+            },
+        }),
+    ] {
+        publish_on_bus(&nats, &forged.encode());
+    }
     viewer.pump(Duration::from_secs(2), |_| false);
     assert_eq!(viewer.runs[&id].count("loss"), 1, "no forged point shown");
     assert_eq!(b.run_json("forged-run").unwrap()["records"], 1);
+    assert!(
+        !viewer.runs[&id].names.values().any(|n| n == "phantom"),
+        "a forged metric name shown"
+    );
+    assert_ne!(
+        viewer.runs[&id].status,
+        Some(RunStatus::Failed),
+        "a forged failure shown"
+    );
+    assert_eq!(b.run_json("forged-run").unwrap()["status"], "running");
+    assert!(
+        viewer.alerts.is_empty(),
+        "a forged alert shown: {:?}",
+        viewer.alerts
+    );
     // The writer's collector resumes through hub B: it is told what is stored, batch 1.
     drop(c);
     std::thread::sleep(Duration::from_millis(300));
@@ -705,4 +756,68 @@ fn range_reads_on_postgres_find_batches_of_every_span_also_after_migrating() {
     assert_eq!(steps(40_000, 60_000), vec![50_000, 50_001, 60_000]);
     assert_eq!(steps(i64::MIN, 0), vec![0, i64::MIN + 1]);
     assert_eq!(steps(61_001, 61_002), vec![61_001, 61_002]);
+}
+
+/// Two hubs of one cluster, the second's clock a minute ahead (libfaketime): the writer
+/// claim once compared the run's last activity, written on the first hub's clock, with the
+/// claiming hub's clock, so a second collector through the hub ahead took a run its live
+/// writer was still writing. Silence is measured on the database's clock now.
+#[test]
+fn a_hub_whose_clock_runs_ahead_does_not_take_a_live_writers_run() {
+    const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: scripts/test installs Debian's `libfaketime`"
+    );
+    let pg = Postgres::start();
+    let store = pg.url();
+    let a = Hub::start(&["--store", &store]);
+    let ahead = Hub::start_with_env(
+        &[
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME", "+60s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+        &["--store", &store],
+    );
+    let clock = ahead.json("/api/runs")["now"].as_f64().unwrap();
+    assert!(clock - unix_now() > 50.0, "the hub's clock is not ahead");
+    let mut writer = RawCollector::connect(&a);
+    writer.send(hello("held-run", None));
+    match writer.recv() {
+        Some(FromHub::Welcome(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    // A second collector process (another writer id) claims the run through the hub ahead.
+    let mut second = RawCollector::connect(&ahead);
+    let ToHub::Hello(mut h) = hello("held-run", None) else {
+        unreachable!()
+    };
+    h.writer = 8;
+    second.send(ToHub::Hello(h));
+    match second.recv() {
+        Some(FromHub::HubError(e)) => {
+            assert!(e.message.contains("another collector"), "{}", e.message)
+        }
+        other => panic!("the live writer's run was taken: {other:?}"),
+    }
+    // The first writer still writes it.
+    writer.send(ToHub::Heartbeat(Heartbeat {
+        wall_time: unix_now(),
+    }));
+    writer.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    writer.send(ToHub::Batch(Batch {
+        seq: 1,
+        records: vec![StepRecord {
+            step: 0,
+            wall_time: unix_now(),
+            values: vec![(MetricId(0), 1.0)],
+        }],
+    }));
+    assert!(matches!(writer.recv(), Some(FromHub::Ack(_))));
 }

@@ -36,6 +36,8 @@ pub struct Hub {
     pub port: u16,
     pub db: PathBuf,
     pub args: Vec<String>,
+    /// Environment variables the process gets besides the test's own.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     pub dir: tempfile::TempDir,
     /// Where its stderr (its log, at `info`) goes, when a test reads it.
@@ -50,6 +52,7 @@ impl Hub {
             port: free_port(),
             db: dir.path().join("hub.db"),
             args: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             child: None,
             log: Some(dir.path().join("hub.log")),
             dir,
@@ -95,6 +98,25 @@ impl Hub {
         self.dir.path().join("tokens.toml")
     }
 
+    /// With these environment variables (say, libfaketime's, for a clock that is wrong).
+    pub fn start_with_env(env: &[(&str, &str)], extra: &[&str]) -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        let mut hub = Hub {
+            port: free_port(),
+            db: dir.path().join("hub.db"),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            dir,
+            log: None,
+        };
+        hub.spawn();
+        hub
+    }
+
     /// On a given port (one a collector was already told to use).
     pub fn start_on(port: u16, extra: &[&str]) -> Hub {
         let dir = tempfile::tempdir().unwrap();
@@ -108,6 +130,7 @@ impl Hub {
             port,
             db,
             args: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             child: None,
             dir,
             log: None,
@@ -123,6 +146,7 @@ impl Hub {
             .arg(&self.db)
             .args(&self.args)
             .env("RUST_LOG", if self.log.is_some() { "info" } else { "warn" })
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(match &self.log {
                 Some(path) => Stdio::from(

@@ -164,16 +164,21 @@ impl Hub {
                 .or_insert(run)
                 .clone()
         });
+        // This hub's own limits apply to what another hub stored too.
+        let limits = self.limits.wire;
         let fresh = run.state_mut(|st| {
             st.identity = stored.identity.clone();
             st.status = stored.status;
             st.status_message = stored.status_message.clone();
             st.last_activity = st.last_activity.max(stored.last_activity);
             let known: HashSet<_> = st.metrics.iter().map(|m| m.id).collect();
+            let room = (limits.run_metrics as usize).saturating_sub(st.metrics.len());
             let fresh: Vec<_> = stored
                 .metrics
                 .iter()
                 .filter(|m| !known.contains(&m.id))
+                .filter(|d| limits.check_name("metric name", &d.name).is_ok())
+                .take(room)
                 .cloned()
                 .collect();
             st.metrics.extend(fresh.iter().cloned());
@@ -251,41 +256,58 @@ impl Hub {
                 }
                 self.catch_up(&run, b.seq).await;
             }
+            // Metric names, statuses and alerts are hints too: each is read back from the
+            // store, and only what it holds is told to this hub's viewers (a forged message
+            // must not name a series wrongly, fail a run, or raise an alert).
             ToPeer::PeerMetrics(m) if m.hub != self.hub_id() => {
-                let Some(run) = self.run_or_refresh(&m.run_id).await else {
-                    return;
-                };
-                // This hub's own limits apply to what a peer says too.
-                let limits = self.limits.wire;
-                let fresh = run.state_mut(|st| {
-                    let room = (limits.run_metrics as usize).saturating_sub(st.metrics.len());
-                    let fresh: Vec<_> = m
-                        .metrics
-                        .into_iter()
-                        .filter(|d| st.metric_name(d.id).is_none())
-                        .filter(|d| limits.check_name("metric name", &d.name).is_ok())
-                        .take(room)
-                        .collect();
-                    st.metrics.extend(fresh.iter().cloned());
-                    st.metrics.sort_by_key(|d| d.id);
-                    fresh
-                });
-                if !fresh.is_empty() {
-                    let _ = run.live.send(LiveEvent::Metrics(fresh));
-                }
+                self.refresh(&m.run_id).await;
             }
             ToPeer::PeerRun(r) if r.hub != self.hub_id() => {
                 let Some(run) = self.refresh(&r.run_id).await else {
                     return;
                 };
                 match r.change {
-                    Some(change) => self.publish_status(&run, change),
+                    Some(said) => {
+                        let stored = run.state(|st| StatusChange {
+                            run_id: st.identity.run_id.clone(),
+                            status: st.status,
+                            message: st.status_message.clone(),
+                            at: said.at,
+                        });
+                        if stored.status != said.status || stored.message != said.message {
+                            tracing::info!(run = %r.run_id, "a peer's status change differs from the store's; telling the store's");
+                        }
+                        self.publish_status(&run, stored)
+                    }
                     None => self.publish_update(&run),
                 }
             }
             ToPeer::PeerAlert(PeerAlert { hub, alert }) if hub != self.hub_id() => {
-                if let Some(run) = self.run(&alert.run_id) {
-                    let _ = run.live.send(LiveEvent::Alert(alert));
+                let Some(run) = self.run_or_refresh(&alert.run_id).await else {
+                    return;
+                };
+                let stored = match self.store.alerts(run.key, alert.run_id.clone()).await {
+                    Ok(stored) => stored,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not check a peer's alert against the store");
+                        return;
+                    }
+                };
+                // Newest first: an alert told is among the last stored.
+                let found = stored.into_iter().rev().find(|a| {
+                    a.rule == alert.rule
+                        && a.fired == alert.fired
+                        && a.step == alert.step
+                        && a.message == alert.message
+                        && a.value.to_bits() == alert.value.to_bits()
+                });
+                match found {
+                    Some(stored) => {
+                        let _ = run.live.send(LiveEvent::Alert(stored));
+                    }
+                    None => {
+                        tracing::warn!(run = %alert.run_id, rule = %alert.rule, "a peer's alert is not in the store; not telling it")
+                    }
                 }
             }
             _ => {}

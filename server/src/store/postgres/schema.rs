@@ -86,6 +86,9 @@ UPDATE batches SET span_class = (SELECT count(*) FROM generate_series(0, 62) AS 
     WHERE hi_step::numeric - lo_step >= 2::numeric ^ c) WHERE hi_step > lo_step;
 DROP INDEX batches_by_step;
 CREATE INDEX batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
+-- When the run's writer was last heard from, on the database's clock (unix seconds): the
+-- writer claim compares it, not `last_activity` (each hub's own clock).
+ALTER TABLE runs ADD COLUMN writer_seen DOUBLE PRECISION NOT NULL DEFAULT 0;
 ",
 ];
 

@@ -90,17 +90,21 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             ..
         } => {
             // The run is (re)claimed only by its own writer, when nobody holds it, or from a
-            // writer silent past the limit (its hub died with the connection).
+            // writer silent past the limit (its hub died with the connection). Silence is
+            // measured on the database's clock (`writer_seen`), the one clock every hub
+            // shares: a hub whose clock runs ahead neither takes a live writer's run nor is
+            // kept from a dead one's.
             let row = tx.query_opt(
                 "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
-                 started_at, status, last_activity, job, framework, writer) VALUES ($1, $2, $3, \
-                 $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12) ON CONFLICT (run_id) DO \
-                 UPDATE SET host = excluded.host, rank = excluded.rank, world_size = \
-                 excluded.world_size, job = excluded.job, framework = excluded.framework, \
-                 status = 'running', status_message = NULL, last_activity = \
-                 excluded.last_activity, writer = excluded.writer WHERE runs.project = \
+                 started_at, status, last_activity, job, framework, writer, writer_seen) VALUES \
+                 ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11, $12, \
+                 extract(epoch from clock_timestamp())) ON CONFLICT (run_id) DO UPDATE SET \
+                 host = excluded.host, rank = excluded.rank, world_size = excluded.world_size, \
+                 job = excluded.job, framework = excluded.framework, status = 'running', \
+                 status_message = NULL, last_activity = excluded.last_activity, writer = \
+                 excluded.writer, writer_seen = excluded.writer_seen WHERE runs.project = \
                  excluded.project AND (runs.writer = 0 OR runs.writer = excluded.writer OR \
-                 runs.last_activity < excluded.last_activity - $13) RETURNING key",
+                 runs.writer_seen < excluded.writer_seen - $13) RETURNING key",
                 &[
                     &identity.run_id.as_str(),
                     &identity.project,
@@ -150,9 +154,10 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let range = step_range(records);
             let follows = tx.execute(
                 "UPDATE runs SET last_seq = $2::BIGINT, last_step = $3, last_point_at = $4, records = \
-                 $5, last_values = $6, last_activity = GREATEST(last_activity, $7), status = \
-                 CASE WHEN status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND \
-                 last_seq = $2::BIGINT - 1",
+                 $5, last_values = $6, last_activity = GREATEST(last_activity, $7), \
+                 writer_seen = extract(epoch from clock_timestamp()), status = CASE WHEN \
+                 status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND last_seq = \
+                 $2::BIGINT - 1",
                 &[
                     key,
                     &(*seq as i64),
@@ -216,7 +221,8 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
         }
         Command::Touch { key, at } => {
             tx.execute(
-                "UPDATE runs SET last_activity = GREATEST(last_activity, $2) WHERE key = $1",
+                "UPDATE runs SET last_activity = GREATEST(last_activity, $2), writer_seen = \
+                 extract(epoch from clock_timestamp()) WHERE key = $1",
                 &[key, at],
             )?;
             Ok(Applied::Done)
