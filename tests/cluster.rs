@@ -821,3 +821,105 @@ fn a_hub_whose_clock_runs_ahead_does_not_take_a_live_writers_run() {
     }));
     assert!(matches!(writer.recv(), Some(FromHub::Ack(_))));
 }
+
+/// The other ways a hub presents itself to NATS, each against a real nats-server that
+/// wants it: a token (from a file) over TLS signed by a private CA (`--nats-ca`), and an
+/// nkey seed (from a file). Two hubs join through each and a run streams across them; a
+/// wrong token or a server certificate from another CA keeps a hub from starting.
+/// (`--nats-creds` needs a NATS operator and account set up with their JWTs: not tested.)
+#[test]
+fn hubs_authenticate_to_nats_with_a_token_over_tls_and_with_an_nkey() {
+    let pg = Postgres::start();
+    let store = pg.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = crate::tls::pki(&dir.path().join("pki"));
+    let (other_ca, _, _) = crate::tls::pki(&dir.path().join("other"));
+    let secret = |name: &str, value: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{value}\n")).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let token = secret("nats-token", "t0ken-s3cret");
+    let wrong_token = secret("wrong-token", "n0t-it");
+    let pair = nkeys::KeyPair::new_user();
+    let seed = secret("nkey-seed", &pair.seed().unwrap());
+    let conf = dir.path().join("nkey.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "authorization {{ users = [ {{ nkey: {} }} ] }}\n",
+            pair.public_key()
+        ),
+    )
+    .unwrap();
+    let tls_port = free_port();
+    let _tls_nats = Nats::start_with(
+        tls_port,
+        &[
+            "--auth",
+            "t0ken-s3cret",
+            "--tls",
+            "--tlscert",
+            cert.to_str().unwrap(),
+            "--tlskey",
+            key.to_str().unwrap(),
+        ],
+    );
+    let nkey_port = free_port();
+    let _nkey_nats = Nats::start_with(nkey_port, &["-c", conf.to_str().unwrap()]);
+    let tls_bus = format!("tls://127.0.0.1:{tls_port}");
+    let nkey_bus = format!("nats://127.0.0.1:{nkey_port}");
+    let ca = ca.to_str().unwrap();
+    let ways: [(&str, Vec<&str>); 2] = [
+        (&tls_bus, vec!["--nats-token-file", &token, "--nats-ca", ca]),
+        (&nkey_bus, vec!["--nats-nkey-file", &seed]),
+    ];
+    for (i, (bus, how)) in ways.iter().enumerate() {
+        let mut args = vec!["--store", &store, "--nats", bus];
+        args.extend(how.iter().copied());
+        let a = Hub::start_logged(&args);
+        let b = Hub::start_logged(&args);
+        let (run_id, writer) = stream(&a.ws(), &format!("nats-way-{i}"));
+        assert!(writer.join().unwrap().delivered);
+        let mut viewer = watch(&b, &run_id);
+        assert!(
+            viewer.pump(Duration::from_secs(30), |v| v
+                .runs
+                .get(&run_id)
+                .is_some_and(|s| s.count("loss") == STEPS as usize)),
+            "{bus}: the run did not cross to the other hub"
+        );
+        for hub in [&a, &b] {
+            let log = hub.logged();
+            assert!(log.contains("connected to NATS"), "{log}");
+            assert!(
+                !log.contains("t0ken-s3cret") && !log.contains(&*pair.seed().unwrap()),
+                "{log}"
+            );
+        }
+    }
+    // A wrong token, and a server certificate the CA given did not sign: no start.
+    let other_ca = other_ca.to_str().unwrap();
+    for how in [
+        ["--nats-token-file", wrong_token.as_str(), "--nats-ca", ca],
+        ["--nats-token-file", token.as_str(), "--nats-ca", other_ca],
+    ] {
+        let refused = Command::new("timeout")
+            .args([
+                "60",
+                BIN,
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--store",
+                &store,
+            ])
+            .args(["--nats", &tls_bus])
+            .args(how)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{how:?}: {said}");
+        assert!(!said.contains("t0ken-s3cret"), "{said}");
+    }
+}
