@@ -319,7 +319,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
     let Some(g) = geometry(&key) else {
         return;
     };
-    if let Some((a, b)) = crate::interact::selection(&key) {
+    if let Some((a, b)) = crate::pointer::selection(&key) {
         c2d.set_fill_style_str(style.selection);
         c2d.fill_rect(a.min(b), g.top, (b - a).abs(), g.bottom - g.top);
     }

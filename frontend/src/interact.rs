@@ -4,29 +4,9 @@
 
 use crate::data::Series;
 use crate::frame::{self, geometry};
+use crate::pointer::{Drag, DRAG};
 use crate::state::{mark_dirty, Ctx, Hover, STORE};
 use leptos::prelude::*;
-use std::cell::RefCell;
-
-#[derive(Clone, Copy)]
-enum Drag {
-    /// Zoom box from `start` to `now` (CSS pixels in the chart).
-    Box { start: f64, now: f64 },
-    /// Pan: the pointer's pixel and the window when it was pressed.
-    Pan { start: f64, window: (f64, f64) },
-}
-
-thread_local! {
-    static DRAG: RefCell<Option<(String, Drag)>> = const { RefCell::new(None) };
-}
-
-/// The zoom box being dragged on a chart, in CSS pixels.
-pub fn selection(chart: &str) -> Option<(f64, f64)> {
-    DRAG.with(|d| match d.borrow().as_ref() {
-        Some((c, Drag::Box { start, now })) if c == chart => Some((*start, *now)),
-        _ => None,
-    })
-}
 
 fn offset_x(ev: &web_sys::MouseEvent) -> f64 {
     ev.offset_x() as f64

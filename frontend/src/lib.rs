@@ -15,12 +15,14 @@
 //! `data-out-of-order`, `data-x0`/`data-x1`, `data-detail`, ...; see `frame.rs`).
 
 pub mod components;
+pub mod config;
 pub mod fetch;
 pub mod frame;
 pub mod groups;
 pub mod i18n;
 pub mod interact;
 pub mod lines;
+pub mod pointer;
 pub mod state;
 pub mod view;
 

@@ -356,7 +356,7 @@ impl Ctx {
             let mut all = HashMap::new();
             for r in v["runs"].as_array().into_iter().flatten() {
                 if let Some(id) = r["run_id"].as_str().and_then(|id| RunId::new(id).ok()) {
-                    all.insert(id, crate::components::panel::flatten(&r["config"]));
+                    all.insert(id, crate::config::flatten(&r["config"]));
                 }
             }
             configs.set(Some(all));

@@ -6,7 +6,7 @@
 use crate::auth::Scope;
 use crate::downsample::Budgeted;
 use crate::hub::Run;
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, StatusCode};

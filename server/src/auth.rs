@@ -15,12 +15,12 @@
 //! `Authorization: Bearer TOKEN` or `?token=TOKEN`, percent-encoded (browsers cannot set
 //! headers on a WebSocket). Comparisons take the same time however much of a token matches.
 
-use crate::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::sync::Arc;
 
 /// What a token may see or write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -298,9 +298,13 @@ pub struct Presented(pub Option<String>);
 
 /// Lets a request through with its read [`Scope`] (and the token, [`Presented`]) in its
 /// extensions, or answers 401.
-pub async fn require_read(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn require_read(
+    State(auth): State<Arc<LiveAuth>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let token = token_of(&req);
-    match app.auth.current().read_scope(token.as_deref()) {
+    match auth.current().read_scope(token.as_deref()) {
         Some(scope) => {
             req.extensions_mut().insert(scope);
             req.extensions_mut().insert(Presented(token));

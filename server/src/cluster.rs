@@ -1,9 +1,11 @@
-//! Several hubs as one (`--store postgres://... --nats nats://...`): what one hub commits or
-//! decides reaches the viewers of every other hub through NATS.
+//! The NATS transport of several hubs as one (`--store postgres://... --nats nats://...`):
+//! what one hub commits or decides reaches the viewers of every other hub through NATS.
+//! This module only connects, publishes and receives; what a message means to a hub is
+//! `hub/peer.rs`'s.
 //!
 //! Each hub publishes [`ToPeer`] messages on one subject, in the order it committed them,
 //! after they committed; every hub subscribes and applies the others' messages to its own
-//! memory and viewers (`Hub::apply_peer`). NATS core may drop messages (a hub disconnected,
+//! memory and viewers (`Hub::apply_peer`, driven by `hub::follow` over an [`Inbox`]). NATS core may drop messages (a hub disconnected,
 //! a slow consumer): nothing is lost by that, because the store has every batch before its
 //! message leaves. A hub that sees a batch above the next one it expects reads the missing
 //! ones from the store first, and a hub that (re)connects to NATS reads every run again, so
@@ -12,10 +14,9 @@
 //! Publishing never waits: messages go through a bounded queue to a forwarding task; when
 //! it is full a message is dropped, counted, and healed as above.
 
-use crate::hub::Hub;
 use axum::body::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use stepstream_protocol::ToPeer;
 use tokio::sync::mpsc;
 
@@ -197,29 +198,43 @@ impl Cluster {
         }
     }
 
-    /// Applies the other hubs' messages to `hub` until it is gone; reads every run again
-    /// from the store whenever NATS (re)connects, since messages may have been missed.
-    pub async fn follow(
-        self: Arc<Cluster>,
-        hub: Weak<Hub>,
-        mut reconnects: Reconnects,
-    ) -> Result<(), ClusterError> {
+    /// The other hubs' messages, and word of each (re)connection, from now on.
+    pub async fn inbox(&self, reconnects: Reconnects) -> Result<Inbox, ClusterError> {
+        Ok(Inbox {
+            messages: self.client.subscribe(SUBJECT).await?,
+            reconnects,
+        })
+    }
+}
+
+/// What reaches a hub from its cluster.
+pub enum Heard {
+    /// A message another hub (or this one) published.
+    Message(ToPeer),
+    /// NATS (re)connected: messages may have been missed meanwhile.
+    Reconnected,
+}
+
+/// The subscription to the cluster's subject, with the reconnections.
+pub struct Inbox {
+    messages: async_nats::Subscriber,
+    reconnects: Reconnects,
+}
+
+impl Inbox {
+    /// The next thing heard; `None` once the subscription ended. An undecodable message is
+    /// logged and skipped.
+    pub async fn next(&mut self) -> Option<Heard> {
         use futures_util::StreamExt;
-        let mut inbox = self.client.subscribe(SUBJECT).await?;
         loop {
             tokio::select! {
-                msg = inbox.next() => {
-                    let Some(msg) = msg else { return Ok(()) };
-                    let Some(hub) = hub.upgrade() else { return Ok(()) };
-                    match ToPeer::decode(&msg.payload) {
-                        Ok(peer) => hub.apply_peer(peer).await,
+                msg = self.messages.next() => {
+                    match ToPeer::decode(&msg?.payload) {
+                        Ok(peer) => return Some(Heard::Message(peer)),
                         Err(e) => tracing::warn!(error = %e, "an undecodable message from another hub"),
                     }
                 }
-                Some(()) = reconnects.0.recv() => {
-                    let Some(hub) = hub.upgrade() else { return Ok(()) };
-                    hub.catch_up_from_store().await;
-                }
+                Some(()) = self.reconnects.0.recv() => return Some(Heard::Reconnected),
             }
         }
     }

@@ -5,9 +5,9 @@
 //! collector reconnects and resends whatever was not acknowledged, so nothing accepted is lost.
 
 use crate::hub::{Hub, InFlight, IngestError, Run, Submitted};
+use crate::state::AppState;
 use crate::store::StoreError;
 use crate::upgrade::{Gate, Socket, HELLO_LIMIT};
-use crate::AppState;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -31,41 +31,6 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Numbers each collector connection, so a run's writer claim names one connection.
 static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 
-/// A WebSocket refused because its address has too many open.
-pub struct TooMany {
-    addr: std::net::IpAddr,
-    limit: usize,
-}
-
-impl std::fmt::Display for TooMany {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} already has {} open connections to this hub (limit connections_per_addr)",
-            self.addr, self.limit
-        )
-    }
-}
-
-impl IntoResponse for TooMany {
-    fn into_response(self) -> Response {
-        (StatusCode::TOO_MANY_REQUESTS, format!("{self}\n")).into_response()
-    }
-}
-
-/// A WebSocket slot for the client at `addr` (see [`crate::limits::client_addr`]), or the
-/// refusal that names the limit.
-pub fn connection_slot(
-    app: &AppState,
-    addr: std::net::IpAddr,
-) -> Result<crate::limits::Slot, TooMany> {
-    let limit = app.hub.limits.connections_per_addr;
-    app.connections.acquire(addr, limit).ok_or_else(|| {
-        tracing::warn!(%addr, limit, "connection refused: too many from one address");
-        TooMany { addr, limit }
-    })
-}
-
 /// Bytes read from a socket at a time (see the upgrade below).
 pub(crate) const SOCKET_READ_BUFFER: usize = 16 * 1024;
 
@@ -76,7 +41,7 @@ pub async fn collector_socket(
 ) -> Response {
     // Sockets that have not presented a token yet are few and cheap: a global count of them
     // (not one per address, which a proxy or a NAT shares), each bounded by the gate.
-    let Some(pending) = app.pending_hellos.clone().try_acquire_owned().ok() else {
+    let Some(pending) = app.sockets.pending_hellos.clone().try_acquire_owned().ok() else {
         tracing::warn!(%peer, "collector socket refused: too many connections awaiting their hello");
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -91,14 +56,14 @@ pub async fn collector_socket(
         // default that memset was a tenth of a fleet hub's CPU (perf), for frames that are
         // mostly a few hundred bytes. Big batches are still read whole, in more reads.
         .read_buffer_size(SOCKET_READ_BUFFER);
-    let client = crate::limits::client_addr(peer.ip(), &app.trusted_proxies, req.headers());
+    let client = app.sockets.client_addr(peer.ip(), req.headers());
     crate::upgrade::upgrade(
         req,
         config,
-        app.prehello_bytes.clone(),
+        app.sockets.prehello_bytes.clone(),
         move |socket, gate| async move {
             let sockets = app.sockets.clone();
-            let _open = crate::metrics::Open::new(&sockets.collectors);
+            let _open = crate::sockets::Open::new(&sockets.collectors);
             let mut conn = Conn {
                 socket,
                 id: CONNECTIONS.fetch_add(1, Ordering::Relaxed),
@@ -127,7 +92,7 @@ struct Conn {
     /// A place among the sockets awaiting their hello, given back once it is accepted.
     pending: Option<tokio::sync::OwnedSemaphorePermit>,
     /// This address's connection slot, taken once the hello is accepted.
-    slot: Option<crate::limits::Slot>,
+    slot: Option<crate::sockets::Slot>,
     /// The address the per-address limit keys on.
     client: std::net::IpAddr,
 }
@@ -239,7 +204,9 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
     }
     // Authenticated: the address's slot now (a proxy's many clients or a stranger's sockets
     // awaiting their hello do not take it), and the socket may send what a batch needs.
-    let slot = connection_slot(app, conn.client)
+    let slot = app
+        .sockets
+        .slot(conn.client)
         .map_err(|too_many| fatal(ErrorCode::Limit, too_many.to_string()))?;
     conn.slot = Some(slot);
     let run = app

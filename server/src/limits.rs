@@ -5,9 +5,6 @@
 //! limits travel to collectors in `Welcome`, so a collector keeps to them instead of being
 //! refused. Set with `--limit NAME=VALUE` (repeatable).
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
 use stepstream_protocol::Limits;
 
 /// Every limit of one hub.
@@ -131,66 +128,6 @@ impl HubLimits {
     }
 }
 
-/// Open WebSockets per peer address.
-#[derive(Default)]
-pub struct Connections {
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One open WebSocket, counted until dropped.
-pub struct Slot {
-    owner: Arc<Connections>,
-    addr: IpAddr,
-}
-
-/// The address a connection's limits key on: the peer's, or, when the peer is a trusted
-/// reverse proxy (`--trusted-proxy`), the client it names last in `X-Forwarded-For` (the
-/// entry that proxy wrote; earlier ones are whatever the client claimed). Without the trust,
-/// a forwarded address is ignored: anyone could claim any address.
-pub fn client_addr(peer: IpAddr, trusted: &[IpAddr], headers: &axum::http::HeaderMap) -> IpAddr {
-    if !trusted.contains(&peer) {
-        return peer;
-    }
-    // Only the last entry: the one the trusted proxy wrote. An unreadable one is not
-    // replaced by an earlier, client-written one.
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .and_then(|a| a.trim().parse::<IpAddr>().ok())
-        .unwrap_or(peer)
-}
-
-impl Connections {
-    /// A slot for one more connection from `addr`, or `None` when it has `limit` open.
-    pub fn acquire(self: &Arc<Self>, addr: IpAddr, limit: usize) -> Option<Slot> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(addr).or_default();
-        if *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(Slot {
-            owner: self.clone(),
-            addr,
-        })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.owner.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.addr) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.addr);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,18 +143,5 @@ mod tests {
         assert!(l.set("nope=1").unwrap_err().contains("unknown"));
         assert!(l.set("runs=0").is_err());
         assert!(l.set("runs").is_err());
-    }
-
-    #[test]
-    fn slots_are_counted_per_address_and_freed() {
-        let c = Arc::new(Connections::default());
-        let a: IpAddr = "127.0.0.1".parse().unwrap();
-        let b: IpAddr = "127.0.0.2".parse().unwrap();
-        let s1 = c.acquire(a, 2).unwrap();
-        let _s2 = c.acquire(a, 2).unwrap();
-        assert!(c.acquire(a, 2).is_none());
-        assert!(c.acquire(b, 2).is_some());
-        drop(s1);
-        assert!(c.acquire(a, 2).is_some());
     }
 }

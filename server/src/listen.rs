@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 /// A connection that has not sent a whole request head within this is closed (also between
@@ -26,6 +27,8 @@ pub struct WriteDeadline<T> {
     stall: Duration,
     /// Started when a write first found the socket full; reset by any progress.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// The connection's place under the hub's cap, held as long as the connection.
+    _place: Option<OwnedSemaphorePermit>,
 }
 
 impl<T> WriteDeadline<T> {
@@ -34,6 +37,7 @@ impl<T> WriteDeadline<T> {
             inner,
             stall,
             stalled: None,
+            _place: None,
         }
     }
 
@@ -111,11 +115,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 }
 
-/// The TLS server's acceptor under TLS: `TCP_NODELAY` and [`WriteDeadline`], as plain
-/// connections get them.
+/// The TLS server's acceptor under TLS: the connection cap, `TCP_NODELAY` and
+/// [`WriteDeadline`], as plain connections get them.
 #[derive(Clone)]
 pub struct DeadlineAcceptor {
     pub stall: Duration,
+    /// Places for open connections (`--limit connections`).
+    pub open: Arc<Semaphore>,
 }
 
 impl<S> axum_server::accept::Accept<TcpStream, S> for DeadlineAcceptor {
@@ -124,11 +130,19 @@ impl<S> axum_server::accept::Accept<TcpStream, S> for DeadlineAcceptor {
     type Future = std::future::Ready<io::Result<(Self::Stream, S)>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
-        std::future::ready(
-            stream
-                .set_nodelay(true)
-                .map(|()| (WriteDeadline::new(stream, self.stall), service)),
-        )
+        let Ok(place) = self.open.clone().try_acquire_owned() else {
+            tracing::warn!(
+                "connection refused: the hub has its most open connections (limit connections)"
+            );
+            return std::future::ready(Err(io::Error::other(
+                "the hub has its most open connections",
+            )));
+        };
+        std::future::ready(stream.set_nodelay(true).map(|()| {
+            let mut io = WriteDeadline::new(stream, self.stall);
+            io._place = Some(place);
+            (io, service)
+        }))
     }
 }
 
@@ -138,7 +152,7 @@ impl<S> axum_server::accept::Accept<TcpStream, S> for DeadlineAcceptor {
 pub async fn serve_plain(
     listener: tokio::net::TcpListener,
     app: axum::Router,
-    open: Arc<tokio::sync::Semaphore>,
+    open: Arc<Semaphore>,
     stall: Duration,
 ) -> io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

@@ -8,7 +8,7 @@
 //! allow-list. `/embed` is the widget alone in a page, for places that take an iframe but
 //! not a script; only the hub's own pages and allowed origins may frame it.
 
-use crate::AppState;
+use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};

@@ -25,6 +25,7 @@ use crate::store::{RunTail, Store, StoreError};
 pub use append::{Appended, InFlight, Submitted};
 use axum::body::Bytes;
 use judge::Job;
+pub use peer::follow;
 pub use run::{LiveEvent, Run, RunState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;

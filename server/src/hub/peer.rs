@@ -7,9 +7,10 @@
 //! read from the shared store first (they committed before their message left).
 
 use super::{judge::Job, Hub, LiveEvent, Run, RunState};
+use crate::cluster::{Heard, Inbox};
 use crate::store::{RunKey, StoredRun};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use stepstream_protocol::{
     unix_now, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord, ToPeer,
 };
@@ -18,6 +19,19 @@ use stepstream_protocol::{
 const LEASE_TTL_S: f64 = 3.0;
 /// How often a hub renews its sign of life and looks for runs to take.
 const LEASE_EVERY_S: f64 = 1.0;
+
+/// Applies what the other hubs say to `hub` until it is gone; reads every run again from
+/// the store whenever NATS (re)connects, since messages may have been missed.
+pub async fn follow(hub: Weak<Hub>, mut inbox: Inbox) {
+    while let Some(heard) = inbox.next().await {
+        let Some(hub) = hub.upgrade() else { return };
+        match heard {
+            Heard::Message(msg) => hub.apply_peer(msg).await,
+            Heard::Reconnected => hub.catch_up_from_store().await,
+        }
+    }
+    tracing::error!("stopped following the other hubs: the NATS subscription ended");
+}
 
 impl Hub {
     /// This hub's id in its cluster, or 0 alone.

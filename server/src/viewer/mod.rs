@@ -13,7 +13,7 @@
 
 use crate::auth::Scope;
 use crate::hub::{Hub, LiveEvent, Run};
-use crate::AppState;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, Extension, State};
@@ -60,8 +60,8 @@ pub async fn viewer_socket(
     headers: axum::http::HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let client = crate::limits::client_addr(peer.ip(), &app.trusted_proxies, &headers);
-    let slot = match crate::ingest::connection_slot(&app, client) {
+    let client = app.sockets.client_addr(peer.ip(), &headers);
+    let slot = match app.sockets.slot(client) {
         Ok(slot) => slot,
         Err(refused) => return axum::response::IntoResponse::into_response(refused),
     };
@@ -69,7 +69,7 @@ pub async fn viewer_socket(
         .read_buffer_size(crate::ingest::SOCKET_READ_BUFFER)
         .on_upgrade(move |socket| async move {
             let _slot = slot;
-            let _open = crate::metrics::Open::new(&app.sockets.viewers);
+            let _open = crate::sockets::Open::new(&app.sockets.viewers);
             let revoked = revocation(app.auth.clone(), token.0, scope.clone());
             serve(app.hub.clone(), socket, scope, revoked).await
         })

@@ -14,7 +14,7 @@
 //! the whole scrape.
 
 use crate::auth::Scope;
-use crate::AppState;
+use crate::state::AppState;
 use axum::extract::{Extension, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -42,29 +42,6 @@ fn label(value: &str) -> String {
         }
     }
     out
-}
-
-/// Live sockets, for the gauges: incremented while a socket is open.
-#[derive(Default)]
-pub struct Sockets {
-    pub collectors: AtomicU64,
-    pub viewers: AtomicU64,
-}
-
-/// Counts one open socket until dropped.
-pub struct Open<'a>(&'a AtomicU64);
-
-impl<'a> Open<'a> {
-    pub fn new(counter: &'a AtomicU64) -> Open<'a> {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Open(counter)
-    }
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 const STATUSES: [RunStatus; 5] = [

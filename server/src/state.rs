@@ -1,0 +1,17 @@
+//! What every request handler shares: the hub, the live tokens, the socket counts.
+
+use crate::{auth, hub::Hub, sockets};
+use std::sync::Arc;
+
+/// Shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub hub: Arc<Hub>,
+    pub auth: Arc<auth::LiveAuth>,
+    pub stale_after_s: f64,
+    /// The allowed origins as a `frame-ancestors` source list tail (` https://wiki.example`):
+    /// who may frame `/embed`.
+    pub frame_ancestors: Arc<str>,
+    /// Every count of open connections.
+    pub sockets: Arc<sockets::Sockets>,
+}
