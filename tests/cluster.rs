@@ -738,6 +738,7 @@ fn range_reads_on_postgres_find_batches_of_every_span_also_after_migrating() {
     // What version 1 wrote: no span classes, the step index.
     pg.sql(
         "DROP INDEX batches_by_span; ALTER TABLE batches DROP COLUMN span_class; \
+         ALTER TABLE runs DROP COLUMN writer_seen; \
          CREATE INDEX batches_by_step ON batches (run_key, lo_step, hi_step); \
          UPDATE stepstream_schema SET version = 1",
     );

@@ -80,15 +80,15 @@ CREATE TABLE judges (
     "
 -- Range reads find batches by span class (`blob::span_class`), not by one widest span per
 -- run. Rows written before have class 0 until filled here.
-ALTER TABLE batches ADD COLUMN span_class SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS span_class SMALLINT NOT NULL DEFAULT 0;
 -- The class is how many of 2^0 .. 2^62 the span reaches (numeric: spans past i64::MAX).
 UPDATE batches SET span_class = (SELECT count(*) FROM generate_series(0, 62) AS c
     WHERE hi_step::numeric - lo_step >= 2::numeric ^ c) WHERE hi_step > lo_step;
-DROP INDEX batches_by_step;
-CREATE INDEX batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
+DROP INDEX IF EXISTS batches_by_step;
+CREATE INDEX IF NOT EXISTS batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
 -- When the run's writer was last heard from, on the database's clock (unix seconds): the
 -- writer claim compares it, not `last_activity` (each hub's own clock).
-ALTER TABLE runs ADD COLUMN writer_seen DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS writer_seen DOUBLE PRECISION NOT NULL DEFAULT 0;
 ",
 ];
 
