@@ -100,7 +100,7 @@ impl Hub {
                 r.state(|st| {
                     let same = crate::alerts::job_of(&st.identity).is_some_and(|j| j == job);
                     (same && st.status == RunStatus::Running)
-                        .then_some(st.rules.step_time_ema)
+                        .then_some(st.rules.step_time_ema())
                         .flatten()
                 })
             })
