@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use stepstream_collector::{tail, Collector, Options, Outcome};
+use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_importers::tail;
 use stepstream_protocol::{ErrorCode, RunId};
 
 #[derive(clap::Args)]
@@ -291,7 +292,7 @@ fn hub_last_step(
 
 /// `stepstream import`: each directory of event files to a run, incrementally.
 pub fn import_dir(args: ImportArgs) -> Result<()> {
-    use stepstream_collector::tensorboard::{discover, RunDir};
+    use stepstream_importers::tensorboard::{discover, RunDir};
     let root = std::fs::canonicalize(&args.dir)
         .with_context(|| format!("cannot open {}", args.dir.display()))?;
     let stop = Arc::new(AtomicBool::new(false));

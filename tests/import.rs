@@ -7,10 +7,10 @@ use prost::Message;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use stepstream_collector::tensorboard::event::{
+use stepstream_importers::tensorboard::event::{
     Event, Metadata, PluginData, Summary, Tensor, Value,
 };
-use stepstream_collector::tensorboard::records::frame;
+use stepstream_importers::tensorboard::records::frame;
 
 /// One framed event record holding one summary value.
 fn record(step: i64, wall: f64, value: Value) -> Vec<u8> {

@@ -22,8 +22,6 @@ mod queue;
 mod sender;
 mod spool;
 pub mod system;
-pub mod tail;
-pub mod tensorboard;
 mod tls;
 
 use std::collections::HashMap;

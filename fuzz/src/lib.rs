@@ -52,7 +52,7 @@ pub fn csv(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let mut lines = text.split('\n');
     let Some(header) = lines.next() else { return };
-    let Ok(parser) = stepstream_collector::tail::Parser::new(header) else {
+    let Ok(parser) = stepstream_importers::tail::Parser::new(header) else {
         return;
     };
     for line in lines {

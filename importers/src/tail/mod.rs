@@ -13,11 +13,11 @@
 
 pub mod mindformers;
 
-use crate::Collector;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use stepstream_collector::Collector;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TailError {

@@ -14,10 +14,10 @@
 pub mod event;
 pub mod records;
 
-use crate::Collector;
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use stepstream_collector::Collector;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
