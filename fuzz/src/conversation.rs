@@ -144,7 +144,7 @@ async fn converse(hub: &Arc<Hub>, run_id: &str, data: &[u8]) {
         match op {
             Op::Hello { writer } => {
                 if let Some(old) = run.take() {
-                    old.release_writer(connection - 1);
+                    hub.release_writer(&old, connection - 1);
                 }
                 run = hub
                     .open_run(identity(run_id), u64::from(writer % 3), connection)
@@ -218,13 +218,13 @@ async fn converse(hub: &Arc<Hub>, run_id: &str, data: &[u8]) {
                     let _ = hub
                         .finish(&r, status, Some("x".repeat(code as usize)))
                         .await;
-                    r.release_writer(connection);
+                    hub.release_writer(&r, connection);
                 }
             }
         }
     }
     if let Some(r) = run {
-        r.release_writer(connection);
+        hub.release_writer(&r, connection);
         check_summary(hub, &r).await;
     }
 }

@@ -262,9 +262,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         }
         served = session(app, conn, &run).await;
     }
-    if let Some(writer) = run.release_writer(conn.id) {
-        app.hub.store.release_writer(run.key, writer);
-    }
+    app.hub.release_writer(&run, conn.id);
     served
 }
 

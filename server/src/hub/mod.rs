@@ -40,9 +40,6 @@ use tokio::sync::{broadcast, mpsc};
 /// Live events per run a viewer may fall behind before it is resynchronised from storage.
 const LIVE_CAPACITY: usize = 512;
 const UPDATES_CAPACITY: usize = 1024;
-/// A writer silent this long no longer holds its run: a new collector may take it over (the
-/// old connection is presumed half-open). Three missed heartbeats at the default 5 s.
-const WRITER_SILENCE_S: f64 = 15.0;
 
 /// How run status is judged.
 #[derive(Clone, Debug)]
@@ -276,16 +273,7 @@ impl Hub {
                     identity.run_id, identity.project
                 )));
             }
-            let holder = run.state(|st| st.writer.map(|w| (w, now - st.last_activity)));
-            if let Some(((other, _), silent)) = holder {
-                if other != writer && silent < WRITER_SILENCE_S {
-                    return Err(IngestError::Conflict(format!(
-                        "run {} is being written by another collector (heard from {silent:.1} s \
-                         ago); use another run id, or stop the other writer",
-                        identity.run_id
-                    )));
-                }
-            }
+            // Whether another live writer holds it is the store's to say (`upsert_run`).
         } else {
             self.room_for_run(&identity.project)?;
         }
@@ -436,6 +424,14 @@ impl Hub {
         self.tell_metrics(&run_id, &fresh);
         let _ = run.live.send(LiveEvent::Metrics(fresh));
         Ok(())
+    }
+
+    /// A collector connection ended: its claim on the run ends too, in memory and in the
+    /// store, so another process may resume the run at once.
+    pub fn release_writer(&self, run: &Run, connection: u64) {
+        if let Some(writer) = run.release_writer(connection) {
+            self.store.release_writer(run.key, writer);
+        }
     }
 
     /// The collector is alive (a heartbeat, or any frame).

@@ -209,9 +209,9 @@ impl Run {
         self.ingest.lock().await
     }
 
-    /// Ends a collector connection's claim on the run, if it still holds it; returns the
-    /// writer that let go.
-    pub fn release_writer(&self, connection: u64) -> Option<u64> {
+    /// Ends a collector connection's claim on the run in memory, if it still holds it;
+    /// returns the writer that let go (`Hub::release_writer` tells the store too).
+    pub(super) fn release_writer(&self, connection: u64) -> Option<u64> {
         self.state_mut(|st| match st.writer {
             Some((writer, c)) if c == connection => {
                 st.writer = None;

@@ -165,8 +165,8 @@ async fn a_second_live_writer_is_refused_and_a_mismatched_resend_detected() {
         .unwrap_err();
     assert!(matches!(err, IngestError::Conflict(_)), "{err}");
     // Once the writer's connection ends, another process may resume the run.
-    run.release_writer(1);
-    again.release_writer(3);
+    hub.release_writer(&run, 1);
+    hub.release_writer(&again, 3);
     hub.open_run(identity("r", "p"), 222, 4).await.unwrap();
 }
 

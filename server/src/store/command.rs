@@ -148,15 +148,17 @@ pub(super) fn spawn_writer<E: Engine + Send + 'static>(
 /// Commands one transaction holds, at most.
 const GROUP_MAX: usize = 1024;
 
-/// Runs the last transaction must have stored batches of for the next to wait for its
-/// interval: fewer mean few writers, whom a wait would only delay (one busy collector
-/// hands over several batches at once, and is still one writer).
+/// Runs that must have stored batches within the last `interval` for the next transaction
+/// to wait for its interval: fewer mean few writers, whom a wait would only delay (one busy
+/// collector hands over several batches at once, and is still one writer).
 const SIBLINGS: usize = 4;
 
 /// The writer thread's loop: takes every waiting command (up to [`GROUP_MAX`]) and commits
-/// them as one transaction. While many writers are busy (the last transaction held at
-/// least [`SIBLINGS`] runs' batches but was not full) a transaction starts at most once per
-/// `interval`.
+/// them as one transaction. While many writers are busy (at least [`SIBLINGS`] runs stored
+/// batches within the last `interval`, and the last transaction was not full) a transaction
+/// starts at most once per `interval`. Counting the runs of the interval, not of the last
+/// transaction alone: a fleet whose first batches happened to reach the writer one by one
+/// (each its own transaction) is a fleet all the same.
 ///
 /// Why wait: a commit costs about the same for one batch as for a hundred (each run's
 /// newest pages are written once per commit, whatever it holds), so a hub with many runs
@@ -175,11 +177,13 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
     let mut pending = Vec::with_capacity(256);
     let mut last_start = Instant::now();
     let mut last_len = 0;
-    let mut last_runs = 0;
-    let mut runs: Vec<RunKey> = Vec::new();
+    // When each run last had a batch committed, for the runs of the last `interval`.
+    let mut busy: std::collections::HashMap<RunKey, Instant> = Default::default();
     while let Some(first) = rx.blocking_recv() {
         pending.push(first);
-        if last_runs >= SIBLINGS && last_len < GROUP_MAX {
+        let now = Instant::now();
+        busy.retain(|_, at| now.duration_since(*at) < interval);
+        if busy.len() >= SIBLINGS && last_len < GROUP_MAX {
             let due = last_start + interval;
             // Parked until due, or until a command someone waits on arrives (park may
             // also return early for no reason: the loop checks again).
@@ -202,14 +206,13 @@ fn writer_loop<E: Engine>(mut engine: E, mut rx: mpsc::Receiver<Command>, writer
             }
         }
         last_len = pending.len();
-        runs.clear();
-        runs.extend(pending.iter().filter_map(|c| match c {
-            Command::AppendBatch { key, .. } => Some(*key),
-            _ => None,
-        }));
-        runs.sort_unstable();
-        runs.dedup();
-        last_runs = runs.len();
+        if !interval.is_zero() {
+            for c in &pending {
+                if let Command::AppendBatch { key, .. } = c {
+                    busy.insert(*key, last_start);
+                }
+            }
+        }
         let ok = commit_group(&mut engine, &mut pending, &commits);
         let was_failing = failing.swap(!ok, Ordering::Relaxed);
         if was_failing == ok {

@@ -6,16 +6,19 @@
 //! range, indexed, so a range read costs what the range holds.
 //!
 //! Writes go through one writer thread per hub ([`command`]: group commit, the same loop
-//! for both engines); reads run on the blocking pool, at most 16 at once.
+//! for both engines); reads run on the blocking pool, at most 16 at once ([`reads`]: every
+//! read written once, over each engine's SQL).
 //!
 //! * `command` — the write commands and the group-commit loop.
-//! * `sqlite` — the SQLite engine (schema, migrations, writer, reads).
+//! * `reads` — the read pool and the reads, over a per-engine `Dialect`.
+//! * `sqlite` — the SQLite engine (schema, migrations, writer, its reads' SQL).
 //! * `postgres` — the PostgreSQL engine (the same, plus the judges' leases).
 //! * `blob` — the records' blob format, shared by both, independent of the wire format.
 
 mod blob;
 mod command;
 mod postgres;
+mod reads;
 mod sqlite;
 
 pub use blob::{decode_records, encode_records, visit_values};
@@ -32,15 +35,40 @@ use tokio::sync::{mpsc, oneshot};
 /// The database's row id of a run.
 pub type RunKey = i64;
 
+/// A run's writer (a collector process) silent this long no longer holds it: another may
+/// take it over (the old connection is presumed half-open). Three missed heartbeats at the
+/// default 5 s. The claim is the store's, in both engines (`UpsertRun`), so one rule holds
+/// however many hubs there are.
+pub const WRITER_SILENCE_S: f64 = 15.0;
+
+/// Why a resume naming another project than the stored run's was refused (the hub checked
+/// the token against the hello's project).
+fn other_project(run_id: &RunId, stored: &str, asked: &str) -> String {
+    format!(
+        "run {run_id} belongs to project {stored:?}, not {asked:?}: a resume cannot move a run \
+         to another project"
+    )
+}
+
+/// Why a claim of a run held by another live writer was refused.
+fn held_by_another(run_id: &RunId) -> String {
+    format!(
+        "run {run_id} is being written by another collector (use another run id, or stop the \
+         other writer)"
+    )
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// SQLite refused (disk full, I/O error, locked database...). The engine's own error is
-    /// turned into words in its files (`sqlite/mod.rs`): only they name the engine crates.
-    #[error("database error: {0}")]
-    Sqlite(String),
-    /// PostgreSQL refused or cannot be reached (words from `postgres/mod.rs`).
-    #[error("PostgreSQL error: {0}")]
-    Postgres(String),
+    /// The database refused or cannot be reached (disk full, I/O error, a lost
+    /// connection...). Each engine turns its own error into words in its files: only they
+    /// name the engine crates, and no caller matches on the engine.
+    #[error("{engine} error: {message}")]
+    Database {
+        /// `SQLite` or `PostgreSQL`.
+        engine: &'static str,
+        message: String,
+    },
     /// A stored blob does not decode: the file was damaged or written by another version.
     #[error("corrupt record blob for run {run_key} batch {seq}")]
     Corrupt { run_key: RunKey, seq: u64 },
@@ -154,8 +182,8 @@ pub struct Store {
 
 #[derive(Clone)]
 enum Reads {
-    Sqlite(sqlite::Reads),
-    Postgres(postgres::Reads),
+    Sqlite(reads::Reads<sqlite::Sqlite>),
+    Postgres(reads::Reads<postgres::Postgres>),
 }
 
 /// Calls the same read on whichever engine holds the data.
@@ -265,9 +293,9 @@ impl Store {
     }
 
     /// Creates the run, or refreshes its identity and marks it running again, for the
-    /// collector process `writer`. A shared store refuses the run
-    /// ([`StoreError::Conflict`]) while another writer holds it and was heard from within
-    /// `silence` seconds.
+    /// collector process `writer`. Refused ([`StoreError::Conflict`]) while another writer
+    /// holds it and was heard from within [`WRITER_SILENCE_S`], or when the run is another
+    /// project's.
     pub async fn upsert_run(&self, identity: RunIdentity, writer: u64, at: f64) -> Result<RunKey> {
         self.call(|reply| Command::UpsertRun {
             identity,

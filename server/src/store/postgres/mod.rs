@@ -8,33 +8,29 @@
 mod schema;
 mod writer;
 
-use super::blob::{class_floors, visit_values};
+use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
-use super::{Batches, Result, RunKey, StoreError, StoredRun};
+use super::reads::{Dialect, Reads, Visit};
+use super::{Result, RunKey, StoreError, StoredRun};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
-use std::ops::ControlFlow;
-use std::sync::{Arc, Mutex};
-use stepstream_protocol::{MetricId, RunId, StepRecord};
+use stepstream_protocol::{Alert, RunId};
 use tokio::sync::mpsc;
 
-/// Reads on the blocking pool at once, at most (each holds one PostgreSQL connection).
-const READERS: usize = 16;
-
-/// PostgreSQL's read side; cheap to clone.
-#[derive(Clone)]
-pub(super) struct Reads {
-    clients: Arc<Mutex<Vec<Client>>>,
-    reading: Arc<tokio::sync::Semaphore>,
-    url: Arc<String>,
+/// PostgreSQL's reads: connections to the database at `url`.
+pub(super) struct Postgres {
+    url: String,
 }
 
 /// A connection with TCP keepalives (a dead server or a cut network is noticed) and a
 /// statement timeout (no command waits forever on a lock or a stuck server).
 fn connect(url: &str) -> Result<Client> {
-    let mut config: postgres::Config = url
-        .parse()
-        .map_err(|e: postgres::Error| StoreError::Postgres(format!("bad URL: {e}")))?;
+    let mut config: postgres::Config =
+        url.parse()
+            .map_err(|e: postgres::Error| StoreError::Database {
+                engine: "PostgreSQL",
+                message: format!("bad URL: {e}"),
+            })?;
     config
         .keepalives(true)
         .keepalives_idle(std::time::Duration::from_secs(10))
@@ -48,16 +44,14 @@ fn connect(url: &str) -> Result<Client> {
 pub(super) fn open(
     url: &str,
     writer: Writer,
-) -> Result<(mpsc::Sender<Command>, Reads, Vec<StoredRun>)> {
+) -> Result<(mpsc::Sender<Command>, Reads<Postgres>, Vec<StoredRun>)> {
     let mut client = connect(url)?;
     schema::migrate(&mut client)?;
     let runs = schema::load(&mut client, None)?;
     let tx = spawn_writer(writer::Postgres::new(client, url), writer);
-    let reads = Reads {
-        clients: Arc::new(Mutex::new(Vec::new())),
-        reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
-        url: Arc::new(url.to_string()),
-    };
+    let reads = Reads::new(Postgres {
+        url: url.to_string(),
+    });
     Ok((tx, reads, runs))
 }
 
@@ -65,175 +59,13 @@ pub(super) fn open(
 const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $2 AND seq <= $3 \
                     ORDER BY seq";
 
-impl Reads {
-    /// Runs `f` on a pooled connection on the blocking pool. A connection that failed is
-    /// dropped, not pooled, so a restarted server is reconnected to on the next read.
-    async fn read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Client) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let clients = self.clients.clone();
-        let url = self.url.clone();
-        let permit = self
-            .reading
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| StoreError::Join(e.to_string()))?;
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let pooled = clients.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let mut client = match pooled {
-                Some(c) if !c.is_closed() => c,
-                _ => connect(&url)?,
-            };
-            let out = f(&mut client);
-            let mut pool = clients.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < READERS && out.is_ok() {
-                pool.push(client);
-            }
-            out
-        })
-        .await
-        .map_err(|e| StoreError::Join(e.to_string()))?
-    }
-
+impl Reads<Postgres> {
     pub(super) async fn size(&self) -> Result<u64> {
         self.read(|c| {
             let n: i64 = c
                 .query_one("SELECT pg_database_size(current_database())", &[])?
                 .get(0);
             Ok(n as u64)
-        })
-        .await
-    }
-
-    pub(super) async fn load_runs(&self) -> Result<Vec<StoredRun>> {
-        self.read(|c| schema::load(c, None)).await
-    }
-
-    pub(super) async fn load_run(&self, run_id: RunId) -> Result<Option<StoredRun>> {
-        self.read(move |c| Ok(schema::load(c, Some(run_id.as_str()))?.pop()))
-            .await
-    }
-
-    pub(super) async fn alerts(
-        &self,
-        key: RunKey,
-        run_id: RunId,
-    ) -> Result<Vec<stepstream_protocol::Alert>> {
-        self.read(move |c| {
-            let rows = c.query(
-                "SELECT rule, fired, step, value, message, at FROM alerts WHERE run_key = $1 \
-                 ORDER BY at, id",
-                &[&key],
-            )?;
-            Ok(rows
-                .iter()
-                .map(|r| stepstream_protocol::Alert {
-                    run_id: run_id.clone(),
-                    rule: r.get(0),
-                    fired: r.get(1),
-                    step: r.get(2),
-                    value: r.get::<_, Option<f64>>(3).unwrap_or(f64::NAN),
-                    message: r.get(4),
-                    at: r.get(5),
-                })
-                .collect())
-        })
-        .await
-    }
-
-    pub(super) async fn scan<S: Send + 'static>(
-        &self,
-        key: RunKey,
-        after_seq: u64,
-        through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
-    ) -> Result<S> {
-        self.read(move |c| {
-            let params: [i64; 3] = [key, after_seq as i64, through_seq as i64];
-            each_batch(c.query_raw(SCAN, params)?, key, &mut state, &mut f)?;
-            Ok(state)
-        })
-        .await
-    }
-
-    pub(super) async fn scan_values<S: Send + 'static>(
-        &self,
-        key: RunKey,
-        after_seq: u64,
-        through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
-    ) -> Result<S> {
-        self.read(move |c| {
-            let params: [i64; 3] = [key, after_seq as i64, through_seq as i64];
-            let mut rows = c.query_raw(SCAN, params)?;
-            while let Some(row) = rows.next()? {
-                let seq = row.get::<_, i64>(0) as u64;
-                visit_values(row.get::<_, &[u8]>(1), |s, t, id, v| {
-                    f(&mut state, s, t, id, v)
-                })
-                .ok_or(StoreError::Corrupt { run_key: key, seq })?;
-            }
-            Ok(state)
-        })
-        .await
-    }
-
-    pub(super) async fn step_bounds(&self, key: RunKey) -> Result<Option<(i64, i64)>> {
-        self.read(move |c| {
-            let row = c.query_one(
-                "SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = $1",
-                &[&key],
-            )?;
-            let (lo, hi): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
-            Ok(lo.zip(hi))
-        })
-        .await
-    }
-
-    pub(super) async fn scan_steps<S: Send + 'static>(
-        &self,
-        key: RunKey,
-        (lo, hi): (i64, i64),
-        through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
-    ) -> Result<S> {
-        self.read(move |c| {
-            // The same bounds as SQLite's: a batch overlapping `lo..=hi` starts no further
-            // below `lo` than the reach of its span class; one statement probes every class.
-            let (classes, floors): (Vec<i16>, Vec<i64>) =
-                class_floors(lo).map(|(c, floor)| (c as i16, floor)).unzip();
-            let rows = c.query_raw(
-                "SELECT b.seq, b.data FROM unnest($5::SMALLINT[], $6::BIGINT[]) AS k(class, \
-                 floor) JOIN batches b ON b.run_key = $1 AND b.span_class = k.class AND \
-                 b.lo_step >= k.floor AND b.lo_step <= $3 AND b.hi_step >= $2 AND b.seq <= $4 \
-                 ORDER BY b.seq",
-                [
-                    &key as &(dyn postgres::types::ToSql + Sync),
-                    &lo,
-                    &hi,
-                    &(through_seq as i64),
-                    &classes,
-                    &floors,
-                ],
-            )?;
-            each_batch(rows, key, &mut state, &mut f)?;
-            Ok(state)
-        })
-        .await
-    }
-
-    pub(super) async fn config(&self, key: RunKey) -> Result<Option<String>> {
-        self.read(move |c| {
-            Ok(
-                c.query_opt("SELECT config FROM runs WHERE key = $1", &[&key])?
-                    .map(|r| r.get(0)),
-            )
         })
         .await
     }
@@ -298,20 +130,101 @@ impl Reads {
     }
 }
 
-/// Hands each `(seq, data)` row's records to `f` until it returns `Break`.
-fn each_batch<S>(
-    mut rows: postgres::RowIter<'_>,
-    key: RunKey,
-    state: &mut S,
-    f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
-) -> Result<()> {
-    let mut batches = Batches::new(key);
+impl Dialect for Postgres {
+    type Conn = Client;
+
+    fn connect(&self) -> Result<Client> {
+        connect(&self.url)
+    }
+
+    fn reusable(client: &Client, ok: bool) -> bool {
+        ok && !client.is_closed()
+    }
+
+    fn load_runs(client: &mut Client, run_id: Option<&str>) -> Result<Vec<StoredRun>> {
+        schema::load(client, run_id)
+    }
+
+    fn alerts(client: &mut Client, key: RunKey, run_id: &RunId) -> Result<Vec<Alert>> {
+        let rows = client.query(
+            "SELECT rule, fired, step, value, message, at FROM alerts WHERE run_key = $1 \
+             ORDER BY at, id",
+            &[&key],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Alert {
+                run_id: run_id.clone(),
+                rule: r.get(0),
+                fired: r.get(1),
+                step: r.get(2),
+                value: r.get::<_, Option<f64>>(3).unwrap_or(f64::NAN),
+                message: r.get(4),
+                at: r.get(5),
+            })
+            .collect())
+    }
+
+    fn batches(
+        client: &mut Client,
+        key: RunKey,
+        after: u64,
+        through: u64,
+        visit: &mut Visit<'_>,
+    ) -> Result<()> {
+        let params: [i64; 3] = [key, after as i64, through as i64];
+        each_batch(client.query_raw(SCAN, params)?, visit)
+    }
+
+    fn batches_in_steps(
+        client: &mut Client,
+        key: RunKey,
+        (lo, hi): (i64, i64),
+        through: u64,
+        visit: &mut Visit<'_>,
+    ) -> Result<()> {
+        // The same bounds as SQLite's: a batch overlapping `lo..=hi` starts no further
+        // below `lo` than the reach of its span class; one statement probes every class.
+        let (classes, floors): (Vec<i16>, Vec<i64>) =
+            class_floors(lo).map(|(c, floor)| (c as i16, floor)).unzip();
+        let rows = client.query_raw(
+            "SELECT b.seq, b.data FROM unnest($5::SMALLINT[], $6::BIGINT[]) AS k(class, \
+             floor) JOIN batches b ON b.run_key = $1 AND b.span_class = k.class AND \
+             b.lo_step >= k.floor AND b.lo_step <= $3 AND b.hi_step >= $2 AND b.seq <= $4 \
+             ORDER BY b.seq",
+            [
+                &key as &(dyn postgres::types::ToSql + Sync),
+                &lo,
+                &hi,
+                &(through as i64),
+                &classes,
+                &floors,
+            ],
+        )?;
+        each_batch(rows, visit)
+    }
+
+    fn step_bounds(client: &mut Client, key: RunKey) -> Result<Option<(i64, i64)>> {
+        let row = client.query_one(
+            "SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = $1",
+            &[&key],
+        )?;
+        let (lo, hi): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
+        Ok(lo.zip(hi))
+    }
+
+    fn config(client: &mut Client, key: RunKey) -> Result<Option<String>> {
+        Ok(client
+            .query_opt("SELECT config FROM runs WHERE key = $1", &[&key])?
+            .map(|r| r.get(0)))
+    }
+}
+
+/// Hands each `(seq, data)` row to `visit` until it breaks.
+fn each_batch(mut rows: postgres::RowIter<'_>, visit: &mut Visit<'_>) -> Result<()> {
     while let Some(row) = rows.next()? {
         let seq = row.get::<_, i64>(0) as u64;
-        if batches
-            .visit(seq, row.get::<_, &[u8]>(1), state, f)?
-            .is_break()
-        {
+        if visit(seq, row.get::<_, &[u8]>(1))?.is_break() {
             break;
         }
     }
@@ -328,6 +241,9 @@ impl From<postgres::Error> for StoreError {
                 None => e.to_string(),
             },
         };
-        StoreError::Postgres(text)
+        StoreError::Database {
+            engine: "PostgreSQL",
+            message: text,
+        }
     }
 }

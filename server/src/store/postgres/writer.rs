@@ -4,11 +4,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
-use super::super::{Result, RunKey, StoreError};
-
-/// A writer silent this long no longer holds its run (the hub's own rule, kept in the
-/// shared store so every hub applies it).
-pub(super) const WRITER_SILENCE_S: f64 = 15.0;
+use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
 
 /// The write connection, owned by the writer thread, made again when it breaks (a restarted
 /// server, a terminated backend, a network cut): the failed transaction's commands were
@@ -38,9 +34,10 @@ impl Postgres {
         let now = std::time::Instant::now();
         if let Some((at, _)) = self.retry {
             if now < at {
-                return Err(StoreError::Postgres(
-                    "the connection to PostgreSQL is lost; reconnecting".into(),
-                ));
+                return Err(StoreError::Database {
+                    engine: "PostgreSQL",
+                    message: "the connection to PostgreSQL is lost; reconnecting".into(),
+                });
             }
         }
         match super::connect(&self.url) {
@@ -121,15 +118,21 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &WRITER_SILENCE_S,
                 ],
             )?;
-            Ok(match row {
-                Some(row) => Applied::Key(row.get::<_, RunKey>(0)),
-                None => Applied::Refused(format!(
-                    "run {} is being written by another collector, through another hub (use \
-                     another run id, or stop the other writer), or belongs to a project other \
-                     than {:?} (a resume cannot move a run to another project)",
-                    identity.run_id, identity.project
-                )),
-            })
+            if let Some(row) = row {
+                return Ok(Applied::Key(row.get::<_, RunKey>(0)));
+            }
+            // Not taken: the run is another project's, or another live writer holds it.
+            let stored: String = tx
+                .query_one(
+                    "SELECT project FROM runs WHERE run_id = $1",
+                    &[&identity.run_id.as_str()],
+                )?
+                .get(0);
+            Ok(Applied::Refused(if stored != identity.project {
+                other_project(&identity.run_id, &stored, &identity.project)
+            } else {
+                held_by_another(&identity.run_id)
+            }))
         }
         Command::DefineMetrics { key, metrics, .. } => {
             let stmt = tx.prepare(

@@ -29,7 +29,11 @@ CREATE TABLE IF NOT EXISTS runs (
     status_at REAL,
     job TEXT NOT NULL DEFAULT '',
     framework TEXT NOT NULL DEFAULT '',
-    max_span INTEGER NOT NULL DEFAULT 0
+    max_span INTEGER NOT NULL DEFAULT 0,
+    -- The collector process writing the run (0: none), and when it was last heard from:
+    -- another writer is refused meanwhile (`store::WRITER_SILENCE_S`).
+    writer INTEGER NOT NULL DEFAULT 0,
+    writer_seen REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL,
@@ -101,6 +105,8 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         ("job", "TEXT NOT NULL DEFAULT ''"),
         ("framework", "TEXT NOT NULL DEFAULT ''"),
         ("max_span", "INTEGER NOT NULL DEFAULT 0"),
+        ("writer", "INTEGER NOT NULL DEFAULT 0"),
+        ("writer_seen", "REAL NOT NULL DEFAULT 0"),
     ] {
         if !has("runs", column)? {
             tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))?;

@@ -2,7 +2,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
-use super::super::{Result, RunKey};
+use super::super::{held_by_another, other_project, Result, RunKey, WRITER_SILENCE_S};
 use rusqlite::{params, Connection};
 
 /// The write connection, owned by the writer thread, and the checkpointer it wakes.
@@ -33,16 +33,27 @@ impl Engine for Sqlite {
 
 fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
     match cmd {
-        Command::UpsertRun { identity, at, .. } => {
+        Command::UpsertRun {
+            identity,
+            writer,
+            at,
+            ..
+        } => {
             let id = &identity.run_id;
+            // The same claim as PostgreSQL's: (re)claimed only by its own writer, when
+            // nobody holds it, or from a writer silent past the limit. One hub owns the
+            // file, so its clock is the only one.
             tx.prepare_cached(
                 "INSERT INTO runs (run_id, project, name, config, host, rank, world_size, \
-                 started_at, status, last_activity, job, framework) VALUES (?1, ?2, ?3, ?4, \
-                 ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11) ON CONFLICT(run_id) DO UPDATE SET \
-                 host = excluded.host, rank = excluded.rank, world_size = excluded.world_size, \
-                 job = excluded.job, framework = excluded.framework, status = 'running', \
-                 status_message = NULL, last_activity = excluded.last_activity \
-                 WHERE runs.project = excluded.project",
+                 started_at, status, last_activity, job, framework, writer, writer_seen) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?11, ?12, ?9) \
+                 ON CONFLICT(run_id) DO UPDATE SET host = excluded.host, rank = excluded.rank, \
+                 world_size = excluded.world_size, job = excluded.job, framework = \
+                 excluded.framework, status = 'running', status_message = NULL, \
+                 last_activity = excluded.last_activity, writer = excluded.writer, \
+                 writer_seen = excluded.writer_seen WHERE runs.project = excluded.project AND \
+                 (runs.writer = 0 OR runs.writer = excluded.writer OR runs.writer_seen < \
+                 excluded.writer_seen - ?13)",
             )?
             .execute(params![
                 id.as_str(),
@@ -56,18 +67,23 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 at,
                 identity.job,
                 identity.framework,
+                *writer as i64,
+                WRITER_SILENCE_S,
             ])?;
             // A resume keeps the stored project, name and config; one naming another
-            // project is refused (the hub checked the token against the hello's project).
-            let (key, project): (RunKey, String) = tx
-                .prepare_cached("SELECT key, project FROM runs WHERE run_id = ?1")?
-                .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            // project is refused, and so is one while another live writer holds the run.
+            let (key, project, holder): (RunKey, String, i64) = tx
+                .prepare_cached("SELECT key, project, writer FROM runs WHERE run_id = ?1")?
+                .query_row([id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             if project != identity.project {
-                return Ok(Applied::Refused(format!(
-                    "run {id} belongs to project {project:?}, not {:?}: a resume cannot move \
-                     a run to another project",
-                    identity.project
+                return Ok(Applied::Refused(other_project(
+                    id,
+                    &project,
+                    &identity.project,
                 )));
+            }
+            if holder != *writer as i64 {
+                return Ok(Applied::Refused(held_by_another(id)));
             }
             Ok(Applied::Key(key))
         }
@@ -94,6 +110,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 .prepare_cached(
                     "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
                      records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
+                     writer_seen = max(writer_seen, ?7), \
                      status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
                      WHERE key = ?1 AND last_seq = ?2 - 1",
                 )?
@@ -158,11 +175,15 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             ])?;
             Ok(Applied::Done)
         }
-        // One hub owns a SQLite file: the writer claim lives in its memory.
-        Command::ReleaseWriter { .. } => Ok(Applied::Done),
+        Command::ReleaseWriter { key, writer } => {
+            tx.prepare_cached("UPDATE runs SET writer = 0 WHERE key = ?1 AND writer = ?2")?
+                .execute(params![key, *writer as i64])?;
+            Ok(Applied::Done)
+        }
         Command::Touch { key, at } => {
             tx.prepare_cached(
-                "UPDATE runs SET last_activity = max(last_activity, ?2) WHERE key = ?1",
+                "UPDATE runs SET last_activity = max(last_activity, ?2), writer_seen = \
+                 max(writer_seen, ?2) WHERE key = ?1",
             )?
             .execute(params![key, at])?;
             Ok(Applied::Done)

@@ -1,0 +1,191 @@
+//! The read side, written once for both engines: a pool of read connections used on the
+//! blocking pool (at most [`READERS`] reads at once, so a crowd of readers waits here
+//! rather than exhausting the pool), and every read the hub makes. What differs between the
+//! engines is a small table, [`Dialect`]: how to connect, each read's SQL and how its rows
+//! decode.
+
+use super::blob::visit_values;
+use super::{Batches, Result, RunKey, StoreError, StoredRun};
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+use stepstream_protocol::{Alert, MetricId, RunId, StepRecord};
+
+/// Reads on the blocking pool at once, at most; as many connections are pooled.
+pub(super) const READERS: usize = 16;
+
+/// What a stored batch's row hands on: its sequence number and its blob.
+pub(super) type Visit<'a> = dyn FnMut(u64, &[u8]) -> Result<ControlFlow<()>> + 'a;
+
+/// One engine's SQL and row decoding for the reads.
+pub(super) trait Dialect: Send + Sync + 'static {
+    type Conn: Send + 'static;
+
+    /// A new read connection.
+    fn connect(&self) -> Result<Self::Conn>;
+    /// Whether a connection goes back to the pool after a read that ended `ok` (a broken
+    /// PostgreSQL connection does not: the next read connects afresh).
+    fn reusable(conn: &Self::Conn, ok: bool) -> bool;
+    /// Every run, or the one named `run_id`.
+    fn load_runs(conn: &mut Self::Conn, run_id: Option<&str>) -> Result<Vec<StoredRun>>;
+    /// The run's alerts, oldest first (their `run_id` left for the caller to fill).
+    fn alerts(conn: &mut Self::Conn, key: RunKey, run_id: &RunId) -> Result<Vec<Alert>>;
+    /// Each stored batch with `after < seq <= through`, in sequence order, until `visit`
+    /// breaks.
+    fn batches(
+        conn: &mut Self::Conn,
+        key: RunKey,
+        after: u64,
+        through: u64,
+        visit: &mut Visit<'_>,
+    ) -> Result<()>;
+    /// Each stored batch with `seq <= through` that may hold a step in `lo..=hi`, found by
+    /// span class (`blob::class_floors`), in sequence order, until `visit` breaks.
+    fn batches_in_steps(
+        conn: &mut Self::Conn,
+        key: RunKey,
+        steps: (i64, i64),
+        through: u64,
+        visit: &mut Visit<'_>,
+    ) -> Result<()>;
+    /// The lowest and highest step stored.
+    fn step_bounds(conn: &mut Self::Conn, key: RunKey) -> Result<Option<(i64, i64)>>;
+    /// The run's config JSON.
+    fn config(conn: &mut Self::Conn, key: RunKey) -> Result<Option<String>>;
+}
+
+/// An engine's read side; cheap to clone.
+pub(super) struct Reads<D: Dialect> {
+    dialect: Arc<D>,
+    pool: Arc<Mutex<Vec<D::Conn>>>,
+    reading: Arc<tokio::sync::Semaphore>,
+}
+
+impl<D: Dialect> Clone for Reads<D> {
+    fn clone(&self) -> Self {
+        Reads {
+            dialect: self.dialect.clone(),
+            pool: self.pool.clone(),
+            reading: self.reading.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> Reads<D> {
+    pub(super) fn new(dialect: D) -> Reads<D> {
+        Reads {
+            dialect: Arc::new(dialect),
+            pool: Arc::default(),
+            reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
+        }
+    }
+
+    pub(super) fn dialect(&self) -> &D {
+        &self.dialect
+    }
+
+    /// Runs `f` on a pooled connection on the blocking pool.
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut D::Conn) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (pool, dialect) = (self.pool.clone(), self.dialect.clone());
+        let permit = self
+            .reading
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let pooled = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let mut conn = match pooled {
+                Some(c) if D::reusable(&c, true) => c,
+                _ => dialect.connect()?,
+            };
+            let out = f(&mut conn);
+            let mut pool = pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < READERS && D::reusable(&conn, out.is_ok()) {
+                pool.push(conn);
+            }
+            out
+        })
+        .await
+        .map_err(|e| StoreError::Join(e.to_string()))?
+    }
+
+    pub(super) async fn load_runs(&self) -> Result<Vec<StoredRun>> {
+        self.read(|c| D::load_runs(c, None)).await
+    }
+
+    pub(super) async fn load_run(&self, run_id: RunId) -> Result<Option<StoredRun>> {
+        self.read(move |c| Ok(D::load_runs(c, Some(run_id.as_str()))?.pop()))
+            .await
+    }
+
+    pub(super) async fn alerts(&self, key: RunKey, run_id: RunId) -> Result<Vec<Alert>> {
+        self.read(move |c| D::alerts(c, key, &run_id)).await
+    }
+
+    pub(super) async fn scan<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        after_seq: u64,
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            let mut batches = Batches::new(key);
+            D::batches(c, key, after_seq, through_seq, &mut |seq, blob| {
+                batches.visit(seq, blob, &mut state, &mut f)
+            })?;
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn scan_values<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        after_seq: u64,
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            D::batches(c, key, after_seq, through_seq, &mut |seq, blob| {
+                visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v))
+                    .ok_or(StoreError::Corrupt { run_key: key, seq })?;
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn step_bounds(&self, key: RunKey) -> Result<Option<(i64, i64)>> {
+        self.read(move |c| D::step_bounds(c, key)).await
+    }
+
+    pub(super) async fn scan_steps<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        steps: (i64, i64),
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            let mut batches = Batches::new(key);
+            D::batches_in_steps(c, key, steps, through_seq, &mut |seq, blob| {
+                batches.visit(seq, blob, &mut state, &mut f)
+            })?;
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn config(&self, key: RunKey) -> Result<Option<String>> {
+        self.read(move |c| D::config(c, key)).await
+    }
+}
