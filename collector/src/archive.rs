@@ -150,16 +150,7 @@ impl Archive {
         }
         let line = &mut self.line;
         line.clear();
-        push_int(line, step);
-        line.push(',');
-        push_timestamp(line, wall_time);
-        for c in &self.row {
-            line.push(',');
-            if let Some(v) = c {
-                stepstream_protocol::csv::push_value(line, *v);
-            }
-        }
-        line.push('\n');
+        stepstream_protocol::csv::push_row(line, step, wall_time, self.row.iter().copied());
         let w = self.writer.as_mut().expect("opened above");
         w.write_all(line.as_bytes())?;
         self.unflushed += 1;
@@ -182,28 +173,6 @@ impl Drop for Archive {
     fn drop(&mut self) {
         let _ = self.flush();
     }
-}
-
-/// `n` in decimal, through `itoa` rather than `fmt` (this runs for every step).
-fn push_int(out: &mut String, n: i64) {
-    out.push_str(itoa::Buffer::new().format(n));
-}
-
-/// Seconds with six decimals (`{:.6}`), by integer arithmetic for any time a clock gives.
-fn push_timestamp(out: &mut String, t: f64) {
-    let micros = (t * 1e6).round();
-    if !(0.0..9.0e15).contains(&micros) {
-        use std::fmt::Write;
-        let _ = write!(out, "{t:.6}");
-        return;
-    }
-    let micros = micros as i64;
-    push_int(out, micros / 1_000_000);
-    out.push('.');
-    let mut digits = itoa::Buffer::new();
-    let frac = digits.format(micros % 1_000_000);
-    out.extend(std::iter::repeat_n('0', 6 - frac.len()));
-    out.push_str(frac);
 }
 
 #[cfg(test)]
@@ -245,31 +214,5 @@ mod tests {
         // A second run in the same second gets its own files.
         let b = Archive::create(dir.path(), 1_796_234_667.0, "", "{}", 10).unwrap();
         assert_ne!(a.metrics_path, b.metrics_path);
-    }
-
-    #[test]
-    fn steps_and_timestamps_are_written_as_fmt_would() {
-        for n in [0, 7, -7, 10, 1_000_000, i64::MAX, i64::MIN] {
-            let mut s = String::new();
-            push_int(&mut s, n);
-            assert_eq!(s, n.to_string());
-        }
-        for t in [
-            0.0,
-            1.5,
-            1_796_234_667.25,
-            1_796_234_667.000_001,
-            1_796_234_667.999_999_7,
-            12.0,
-        ] {
-            let mut s = String::new();
-            push_timestamp(&mut s, t);
-            assert_eq!(s, format!("{t:.6}"), "{t}");
-        }
-        for t in [-1.5, 1e300, f64::NAN] {
-            let mut s = String::new();
-            push_timestamp(&mut s, t);
-            assert_eq!(s, format!("{t:.6}"));
-        }
     }
 }

@@ -410,15 +410,12 @@ pub async fn export_csv(
                                     row[i] = Some(v);
                                 }
                             }
-                            use std::fmt::Write;
-                            let _ = write!(buf, "{},{:.6}", r.step, r.wall_time);
-                            for cell in &row {
-                                buf.push(',');
-                                if let Some(v) = cell {
-                                    stepstream_protocol::csv::push_value(buf, *v);
-                                }
-                            }
-                            buf.push('\n');
+                            stepstream_protocol::csv::push_row(
+                                buf,
+                                r.step,
+                                r.wall_time,
+                                row.iter().copied(),
+                            );
                         }
                         if buf.len() >= 256 * 1024 {
                             ControlFlow::Break(())

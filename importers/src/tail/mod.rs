@@ -528,6 +528,69 @@ mod tests {
         );
     }
 
+    /// What the hub's export and the collector's archive write (`protocol::csv`) reads back
+    /// here exactly: every value (to the bit), every missing cell missing, every column name.
+    #[test]
+    fn what_the_csv_writer_writes_reads_back_exactly() {
+        use stepstream_protocol::csv::{header, push_row};
+        let names = ["loss", "a,b", "say \"hi\"", "lr"];
+        let rows: Vec<(i64, f64, Vec<Option<f64>>)> = vec![
+            (
+                0,
+                1_764_700_000.25,
+                vec![Some(0.1), Some(-0.0), None, Some(5e-324)],
+            ),
+            (-7, 0.0, vec![None, None, None, None]),
+            (
+                i64::MAX,
+                12.5,
+                vec![
+                    Some(f64::NAN),
+                    Some(f64::INFINITY),
+                    Some(f64::NEG_INFINITY),
+                    Some(f64::MAX),
+                ],
+            ),
+            (
+                3,
+                1_764_700_001.0,
+                vec![Some(0.30000000000000004), None, Some(1e300), None],
+            ),
+        ];
+        let mut text = header(names);
+        for (step, t, cells) in &rows {
+            push_row(&mut text, *step, *t, cells.iter().copied());
+        }
+        let mut lines = text.lines();
+        let p = Parser::new(lines.next().unwrap()).unwrap();
+        assert_eq!(p.columns[2..], names.map(String::from));
+        for ((step, t, cells), line) in rows.iter().zip(lines) {
+            let row = p.row(line).unwrap();
+            assert_eq!(row.step, *step);
+            assert_eq!(row.wall_time, Some(*t));
+            let expected: Vec<(usize, u64)> = cells
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.map(|v| (i + 2, v.to_bits())))
+                .collect();
+            let got: Vec<(usize, u64)> = row
+                .values
+                .iter()
+                .map(|&(c, v)| {
+                    (
+                        c,
+                        if v.is_nan() {
+                            f64::NAN.to_bits()
+                        } else {
+                            v.to_bits()
+                        },
+                    )
+                })
+                .collect();
+            assert_eq!(got, expected, "{line}");
+        }
+    }
+
     #[test]
     fn quoted_cells() {
         assert_eq!(split("a,\"b,c\",\"d\"\"e\""), vec!["a", "b,c", "d\"e"]);
