@@ -38,12 +38,20 @@ pub(super) struct Announcement {
     run: Arc<Run>,
     written: Option<Written>,
     news: News,
+    /// Told once the news was told, for whoever must not go on before.
+    told: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Tells each announcement once its write committed (or failed: it is told all the same,
 /// as the run's state already holds it, and the failure is logged).
 pub(super) async fn announce_loop(hub: Weak<Hub>, mut queue: mpsc::Receiver<Announcement>) {
-    while let Some(Announcement { run, written, news }) = queue.recv().await {
+    while let Some(Announcement {
+        run,
+        written,
+        news,
+        told,
+    }) = queue.recv().await
+    {
         if let Some(written) = written {
             if let Err(e) = written.committed().await {
                 tracing::error!(error = %e, "could not store {}", news.what());
@@ -53,6 +61,9 @@ pub(super) async fn announce_loop(hub: Weak<Hub>, mut queue: mpsc::Receiver<Anno
             return;
         };
         hub.tell(&run, news);
+        if let Some(told) = told {
+            let _ = told.send(());
+        }
     }
 }
 
@@ -63,6 +74,24 @@ impl Hub {
         run: &Arc<Run>,
         written: Option<store::Result<Written>>,
         news: News,
+    ) {
+        self.queue_news(run, written, news, None).await;
+    }
+
+    /// Like [`Hub::announce`], returning once the news was told: what the caller does next
+    /// comes after it (a collector's hello is answered after its run was told running).
+    pub(super) async fn announce_and_wait(&self, run: &Arc<Run>, news: News) {
+        let (told, done) = tokio::sync::oneshot::channel();
+        self.queue_news(run, None, news, Some(told)).await;
+        let _ = done.await;
+    }
+
+    async fn queue_news(
+        &self,
+        run: &Arc<Run>,
+        written: Option<store::Result<Written>>,
+        news: News,
+        told: Option<tokio::sync::oneshot::Sender<()>>,
     ) {
         let written = match written {
             Some(Ok(w)) => Some(w),
@@ -76,10 +105,14 @@ impl Hub {
             run: run.clone(),
             written,
             news,
+            told,
         };
         if let Err(mpsc::error::SendError(a)) = self.announcer.send(announcement).await {
             // The announcer is gone only while the hub shuts down: tell at once.
             self.tell(&a.run, a.news);
+            if let Some(told) = a.told {
+                let _ = told.send(());
+            }
         }
     }
 

@@ -348,8 +348,10 @@ impl Hub {
             message: None,
             at: now,
         };
-        self.tell_status(&change);
-        self.publish_status(&run, change);
+        // Stored (the upsert above committed): told through the announcer, after whatever
+        // it was told before, as every status change of this hub is.
+        self.announce_and_wait(&run, announce::News::Status(change))
+            .await;
         Ok(run)
     }
 
