@@ -827,7 +827,7 @@ fn a_hub_whose_clock_runs_ahead_does_not_take_a_live_writers_run() {
 /// wants it: a token (from a file) over TLS signed by a private CA (`--nats-ca`), and an
 /// nkey seed (from a file). Two hubs join through each and a run streams across them; a
 /// wrong token or a server certificate from another CA keeps a hub from starting.
-/// (`--nats-creds` needs a NATS operator and account set up with their JWTs: not tested.)
+/// (`--nats-creds`: `hubs_authenticate_to_nats_with_a_creds_file`.)
 #[test]
 fn hubs_authenticate_to_nats_with_a_token_over_tls_and_with_an_nkey() {
     let pg = Postgres::start();
@@ -923,4 +923,110 @@ fn hubs_authenticate_to_nats_with_a_token_over_tls_and_with_an_nkey() {
         assert!(!refused.status.success(), "{how:?}: {said}");
         assert!(!said.contains("t0ken-s3cret"), "{said}");
     }
+}
+
+/// A NATS JWT (`ed25519-nkey`) for `subject`, signed by `issuer`, with these `nats` claims.
+fn nats_jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let claims = serde_json::json!({
+        "jti": format!("{:X}", unix_now().to_bits()),
+        "iat": unix_now() as i64,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let payload = b64(claims.to_string().as_bytes());
+    let signed = format!("{header}.{payload}");
+    let signature = b64(&issuer.sign(signed.as_bytes()).unwrap());
+    format!("{signed}.{signature}")
+}
+
+/// `--nats-creds`: a NATS server in operator mode (an operator, an account, a user, each a
+/// signed JWT) and a hub that presents the user's `.creds` file joins and streams a run to
+/// another; a creds file the account did not sign keeps a hub from starting.
+#[test]
+fn hubs_authenticate_to_nats_with_a_creds_file() {
+    let pg = Postgres::start();
+    let store = pg.url();
+    let dir = tempfile::tempdir().unwrap();
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let unlimited = serde_json::json!({"subs": -1, "data": -1, "payload": -1});
+    let operator_jwt = nats_jwt(
+        &operator,
+        &operator.public_key(),
+        "op",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let account_jwt = nats_jwt(
+        &operator,
+        &account.public_key(),
+        "hubs",
+        serde_json::json!({"type": "account", "version": 2, "limits": {
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+            "wildcards": true, "conn": -1, "leaf": -1}}),
+    );
+    let mut user_claims = unlimited.clone();
+    user_claims["type"] = "user".into();
+    user_claims["version"] = 2.into();
+    let creds = |signer: &nkeys::KeyPair, name: &str| {
+        let jwt = nats_jwt(signer, &user.public_key(), "hub", user_claims.clone());
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n\
+                 -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+                user.seed().unwrap()
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let good = creds(&account, "hub.creds");
+    let forged = creds(&nkeys::KeyPair::new_account(), "forged.creds");
+    let conf = dir.path().join("operator.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "operator: \"{operator_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{account_jwt}\"\n}}\n",
+            account.public_key()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let _nats = Nats::start_with(port, &["-c", conf.to_str().unwrap()]);
+    let bus = format!("nats://127.0.0.1:{port}");
+    let args = ["--store", &store, "--nats", &bus, "--nats-creds", &good];
+    let a = Hub::start_logged(&args);
+    let b = Hub::start_logged(&args);
+    let (run_id, writer) = stream(&a.ws(), "nats-creds");
+    assert!(writer.join().unwrap().delivered);
+    let mut viewer = watch(&b, &run_id);
+    assert!(viewer.pump(Duration::from_secs(30), |v| v
+        .runs
+        .get(&run_id)
+        .is_some_and(|s| s.count("loss") == STEPS as usize)));
+    assert!(a.logged().contains("connected to NATS"), "{}", a.logged());
+    let refused = Command::new("timeout")
+        .args([
+            "60",
+            BIN,
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+        ])
+        .args(["--nats", &bus, "--nats-creds", &forged])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(!said.contains("SUA"), "a seed in the error: {said}");
+    assert!(said.to_lowercase().contains("authoriz"), "{said}");
 }
