@@ -226,3 +226,55 @@ fn bench_range_query_of_a_million_step_run() {
         );
     }
 }
+
+/// A benchmark, not a test: `cargo test --release --test e2e bench_range_after -- --ignored
+/// --nocapture`. The same run as above, but with one evaluation logged late at step 0
+/// half-way through (one batch then spans ~500,000 steps): 1,000-step windows at the end,
+/// against the whole run. With one widest span per run, every later window scanned back
+/// to step 0's batch; by span class it costs what it did without the wide batch.
+#[test]
+#[ignore]
+fn bench_range_after_one_wide_batch() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "bench", "wide")).unwrap();
+    let id = run.run_id().to_string();
+    let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    for step in 0..1_000_000i64 {
+        let values: Vec<(&str, f64)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), (step as f64 * 1e-3 + i as f64).sin()))
+            .collect();
+        run.log(step, &values);
+        if step == 500_000 {
+            run.log(0, &[("m3", 0.5)]);
+        }
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    let median = |from: i64, to: i64| {
+        let mut ms: Vec<f64> = (0..20)
+            .map(|_| {
+                let t = Instant::now();
+                let v = hub.json(&format!(
+                    "/api/runs/{id}/series?metric=m3&from={from}&to={to}&budget=4000"
+                ));
+                assert!(v["total_points"].as_u64().unwrap() > 0);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms[10]
+    };
+    let whole = median(0, 999_999);
+    for (label, from) in [
+        ("before the wide batch", 100_000),
+        ("after it", 900_000),
+        ("at the end", 998_999),
+    ] {
+        let w = median(from, from + 999);
+        println!(
+            "1,000-step window {label}: {w:.2} ms (whole run: {whole:.1} ms, ratio {:.3})",
+            w / whole
+        );
+    }
+}
