@@ -159,8 +159,11 @@ impl Series {
 
 #[derive(Default)]
 pub struct RunData {
+    /// Each metric's name, kept once: points arrive by id and go to their series by id.
     pub names: HashMap<MetricId, String>,
-    pub series: BTreeMap<String, Series>,
+    series: HashMap<MetricId, Series>,
+    /// Metric names in order, for lookups by name (a chart is of a name across runs).
+    by_name: BTreeMap<String, MetricId>,
     /// Highest batch sequence number applied; live batches at or below it are skipped.
     pub through_seq: u64,
     pub backfilled: bool,
@@ -178,25 +181,36 @@ impl RunData {
     pub fn define(&mut self, defs: &[MetricDef]) {
         for d in defs {
             self.names.insert(d.id, d.name.clone());
-            self.series_mut(&d.name);
+            self.by_name.insert(d.name.clone(), d.id);
+            let w = self.smoothing;
+            self.series.entry(d.id).or_insert_with(|| {
+                let mut s = Series::default();
+                s.set_smoothing(w);
+                s
+            });
         }
     }
 
-    fn series_mut(&mut self, name: &str) -> &mut Series {
-        let w = self.smoothing;
-        self.series.entry(name.to_string()).or_insert_with(|| {
-            let mut s = Series::default();
-            s.set_smoothing(w);
-            s
-        })
+    /// The series of a defined metric (points of an undefined id are not kept).
+    fn series_mut(&mut self, id: MetricId) -> Option<&mut Series> {
+        self.series.get_mut(&id)
+    }
+
+    /// The metric named `name`, if the run defined it.
+    pub fn series(&self, name: &str) -> Option<&Series> {
+        self.series.get(self.by_name.get(name)?)
+    }
+
+    /// The run's metric names, sorted.
+    pub fn metric_names(&self) -> impl Iterator<Item = &String> {
+        self.by_name.keys()
     }
 
     pub fn backfill(&mut self, b: &Backfill) {
         for s in &b.series {
-            let Some(name) = self.names.get(&s.metric).cloned() else {
+            let Some(series) = self.series_mut(s.metric) else {
                 continue;
             };
-            let series = self.series_mut(&name);
             series.compacted |= b.downsampled;
             for (i, (&step, &v)) in s.steps.iter().zip(&s.values).enumerate() {
                 series.push(step, v, s.times.get(i).copied().unwrap_or(f64::NAN));
@@ -224,8 +238,8 @@ impl RunData {
         self.through_seq = l.seq;
         for r in &l.records {
             for &(id, v) in &r.values {
-                if let Some(name) = self.names.get(&id).cloned() {
-                    self.series_mut(&name).push(r.step, v, r.wall_time);
+                if let Some(series) = self.series.get_mut(&id) {
+                    series.push(r.step, v, r.wall_time);
                 }
             }
             self.newest_wall_time = self.newest_wall_time.max(r.wall_time);
@@ -279,7 +293,7 @@ impl Store {
         let mut names: Vec<String> = runs
             .iter()
             .filter_map(|r| self.runs.get(r))
-            .flat_map(|d| d.series.keys().cloned())
+            .flat_map(|d| d.metric_names().cloned())
             .collect();
         names.sort();
         names.dedup();

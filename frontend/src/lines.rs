@@ -57,7 +57,7 @@ pub fn gather<'a>(scene: &Scene, store: &'a Store, spec: &ChartSpec) -> Vec<Line
             continue;
         };
         for (metric, device) in &spec.metrics {
-            let Some(s) = run.series.get(metric) else {
+            let Some(s) = run.series(metric) else {
                 continue;
             };
             let started = scene.started[i];
@@ -188,7 +188,7 @@ pub fn fingerprint(scene: &Scene, store: &Store, spec: &ChartSpec) -> (u64, u64)
         };
         run.alerts.len().hash(&mut data);
         for (metric, _) in &spec.metrics {
-            if let Some(s) = run.series.get(metric) {
+            if let Some(s) = run.series(metric) {
                 // While zoomed, points beyond the window do not change the picture.
                 let beyond = scene.window.is_some_and(|(_, x1)| {
                     scene.axis == Axis::Step && s.steps.len() > 2 && s.xs[s.xs.len() - 2] > x1

@@ -288,13 +288,11 @@ impl Ctx {
         let smoothing = self.smoothing.get_untracked();
         for run in runs.iter().filter(|r| !before.contains(r)) {
             let summary = summaries.iter().find(|s| &s.run_id == run);
-            let data = RunData {
-                last_point_ms: summary
-                    .and_then(|s| s.last_point_at)
-                    .map_or(now_ms(), |t| (t - offset) * 1000.0),
-                smoothing,
-                ..RunData::default()
-            };
+            let mut data = RunData::default();
+            data.last_point_ms = summary
+                .and_then(|s| s.last_point_at)
+                .map_or(now_ms(), |t| (t - offset) * 1000.0);
+            data.smoothing = smoothing;
             STORE.with(|s| s.borrow_mut().runs.insert(run.clone(), data));
             send(subscription(run));
             self.load_detail(run.clone());

@@ -302,7 +302,7 @@ impl View {
                 .and_then(|l| l.get(run))
                 .map_or(0.0, |r| r.started_at);
             for (i, metric) in opts.metrics.iter().enumerate() {
-                let Some(series) = w.data.series.get(metric) else {
+                let Some(series) = w.data.series(metric) else {
                     continue;
                 };
                 received += series.received;
