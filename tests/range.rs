@@ -278,3 +278,114 @@ fn bench_range_after_one_wide_batch() {
         );
     }
 }
+
+/// A zoom window over the viewer socket (the page's one way in) answers what the series
+/// endpoint answers for the same window, both read by one routine; a budget past the
+/// socket's limit, an unknown metric and a run outside the token's scope are refused with
+/// the reason; the newest request for a window is the one answered when two overlap.
+#[test]
+fn a_zoom_over_the_socket_answers_what_the_series_endpoint_does() {
+    let hub = Hub::start_with_tokens(
+        "[[tokens]]\ntoken = \"nlp-r\"\naccess = \"read\"\nprojects = [\"nlp\"]\n",
+        &[],
+    );
+    let mut o = Options::new(&hub.ws(), "tests", "zoom");
+    o.token = Some("w".into());
+    let run = Collector::start(o).unwrap();
+    let id = run.run_id().clone();
+    for step in 0..20_000i64 {
+        run.log(step, &[("loss", value(step))]);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    let mut viewer = Viewer::connect_with_token(&hub, "r");
+    let zoom =
+        |viewer: &mut Viewer, id_: u64, metric: &str, (from, to): (i64, i64), budget: u32| {
+            viewer.send(FromViewer::Zoom(Zoom {
+                id: id_,
+                run_id: id.clone(),
+                metric: metric.into(),
+                from,
+                to,
+                budget,
+            }));
+        };
+    for (n, (window, budget)) in [((900, 1100), 1000), ((0, 19_999), 400), ((5, 5), 4)]
+        .into_iter()
+        .enumerate()
+    {
+        zoom(&mut viewer, n as u64, "loss", window, budget);
+        assert!(viewer.pump(Duration::from_secs(10), |v| v.zoomed.len() == n + 1));
+        let z = viewer.zoomed[n].clone();
+        let http = http_get(
+            &hub.addr(),
+            &format!(
+                "/api/runs/{id}/series?metric=loss&from={}&to={}&budget={budget}",
+                window.0, window.1
+            ),
+            Some("r"),
+        );
+        let s: serde_json::Value = serde_json::from_slice(&http.body).unwrap();
+        assert_eq!(z.id, n as u64);
+        assert_eq!((z.from, z.to), window);
+        assert_eq!(series_steps(&s), z.steps);
+        assert_eq!(s["total_points"].as_u64(), Some(z.total_points));
+        assert_eq!(s["downsampled"].as_bool(), Some(z.downsampled));
+        // serde_json reads a float to within one unit in the last place: compare so.
+        let expected = s["values"].as_array().unwrap();
+        assert_eq!(z.values.len(), expected.len());
+        for (got, want) in z.values.iter().zip(expected) {
+            match want.as_f64() {
+                Some(w) => assert!((got - w).abs() <= f64::EPSILON * w.abs(), "{got} vs {w}"),
+                None => assert_eq!(json_text(*got), want.to_string()),
+            }
+        }
+    }
+    // NaN and the infinities travel as themselves.
+    zoom(&mut viewer, 10, "loss", (1000, 1002), 100);
+    assert!(viewer.pump(Duration::from_secs(10), |v| v.zoomed.len() == 4));
+    let z = &viewer.zoomed[3];
+    assert!(
+        z.values[0].is_nan() && z.values[1] == f64::INFINITY && z.values[2] == f64::NEG_INFINITY
+    );
+    // Refusals say why.
+    zoom(&mut viewer, 11, "loss", (0, 10), 1_000_000);
+    zoom(&mut viewer, 12, "nope", (0, 10), 100);
+    assert!(viewer.pump(Duration::from_secs(10), |v| v.errors.len() == 2));
+    assert!(
+        viewer.errors[0].message.contains("zoom budget"),
+        "{:?}",
+        viewer.errors
+    );
+    assert!(
+        viewer.errors[1].message.contains("no metric"),
+        "{:?}",
+        viewer.errors
+    );
+    let mut other = Viewer::connect_with_token(&hub, "nlp-r");
+    other.send(FromViewer::Zoom(Zoom {
+        id: 1,
+        run_id: id.clone(),
+        metric: "loss".into(),
+        from: 0,
+        to: 10,
+        budget: 100,
+    }));
+    assert!(other.pump(Duration::from_secs(10), |v| !v.errors.is_empty()));
+    assert!(other.zoomed.is_empty());
+    assert!(
+        other.errors[0].message.contains("unknown run"),
+        "{:?}",
+        other.errors
+    );
+}
+
+/// A non-finite value as the series endpoint writes it in JSON.
+fn json_text(v: f64) -> String {
+    if v.is_nan() {
+        "\"NaN\"".into()
+    } else if v > 0.0 {
+        "\"Infinity\"".into()
+    } else {
+        "\"-Infinity\"".into()
+    }
+}

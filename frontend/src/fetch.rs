@@ -1,12 +1,13 @@
-//! What the page asks the hub over HTTP: the raw points of a zoom window (the series
-//! endpoint with `from`/`to`), a run's detail (its config), and the run list with configs
-//! (for `key=value` search). Answers that arrive after a newer request was made for the
-//! same thing are dropped, so a fast wheel never shows an older window.
+//! What the page asks the hub besides its subscriptions: the points of a zoom window (over
+//! the viewer socket, a [`Zoom`] answered by a [`Zoomed`]: one way in from the hub for every
+//! point the page draws), and over HTTP a run's detail (its config) and the run list with
+//! configs (for `key=value` search). Answers that arrive after a newer request was made for
+//! the same window are dropped, so a fast wheel never shows an older window.
 
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use stepstream_protocol::RunId;
+use stepstream_protocol::{FromViewer, RunId, Zoom, Zoomed};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -74,19 +75,12 @@ pub async fn get_json(url: String) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
-/// A JSON number, or one of the strings the hub writes for non-finite values.
-pub fn f64_of(v: &Value) -> f64 {
-    match v {
-        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::String(s) if s == "Infinity" => f64::INFINITY,
-        Value::String(s) if s == "-Infinity" => f64::NEG_INFINITY,
-        _ => f64::NAN,
-    }
-}
+/// Points a zoom window asks for, at most (the hub's own limit for one answer).
+const ZOOM_MOST: usize = 100_000;
 
 /// Asks for the points of `run`'s `metric` in `lo..=hi`, at most `budget` of them, unless
-/// that range is already held or asked for. `on_answer` runs when it arrives.
-pub fn request(run: &RunId, metric: &str, (lo, hi): (i64, i64), budget: usize, on_answer: fn()) {
+/// that range is already held or asked for; [`answer`] takes the reply.
+pub fn request(run: &RunId, metric: &str, (lo, hi): (i64, i64), budget: usize) {
     let key = (run.clone(), metric.to_string());
     let held = DETAILS.with(|d| {
         d.borrow()
@@ -102,43 +96,48 @@ pub fn request(run: &RunId, metric: &str, (lo, hi): (i64, i64), budget: usize, o
         return;
     }
     let id = NEXT.with(|n| n.replace(n.get() + 1));
-    WANTED.with(|w| w.borrow_mut().insert(key.clone(), (lo, hi, id)));
-    let url = api_url(&format!(
-        "/api/runs/{}/series?metric={}&from={lo}&to={hi}&budget={}",
-        run.as_str(),
-        String::from(js_sys::encode_uri_component(metric)),
-        budget.clamp(4, 1_000_000)
-    ));
-    wasm_bindgen_futures::spawn_local(async move {
-        let answer = get_json(url).await;
-        let current = WANTED.with(|w| w.borrow().get(&key).is_some_and(|&(_, _, i)| i == id));
-        if !current {
-            return;
-        }
-        WANTED.with(|w| w.borrow_mut().remove(&key));
-        let v = match answer {
-            Ok(v) => v,
-            Err(e) => {
-                web_sys::console::warn_1(&format!("stepstream: range fetch failed: {e}").into());
-                return;
-            }
-        };
-        let arr = |k: &str| v[k].as_array().cloned().unwrap_or_default();
-        let detail = Detail {
-            lo,
-            hi,
-            steps: arr("steps").iter().filter_map(Value::as_i64).collect(),
-            values: arr("values").iter().map(f64_of).collect(),
-            times: arr("times").iter().map(f64_of).collect(),
-            downsampled: v["downsampled"].as_bool().unwrap_or(false),
-            total: v["total_points"].as_u64().unwrap_or(0),
-            version: id,
-        };
-        if detail.steps.len() == detail.values.len() && detail.times.len() == detail.steps.len() {
-            DETAILS.with(|d| d.borrow_mut().insert(key, detail));
-            on_answer();
-        }
-    });
+    WANTED.with(|w| w.borrow_mut().insert(key, (lo, hi, id)));
+    crate::state::send(FromViewer::Zoom(Zoom {
+        id,
+        run_id: run.clone(),
+        metric: metric.to_string(),
+        from: lo,
+        to: hi,
+        budget: budget.clamp(4, ZOOM_MOST) as u32,
+    }));
+}
+
+/// A zoom window's points from the hub: kept if they answer the newest request for that
+/// window (`true`: the charts should redraw).
+pub fn answer(z: Zoomed) -> bool {
+    let key = (z.run_id, z.metric);
+    let Some((lo, hi, id)) = WANTED.with(|w| w.borrow().get(&key).copied()) else {
+        return false;
+    };
+    if id != z.id {
+        return false;
+    }
+    WANTED.with(|w| w.borrow_mut().remove(&key));
+    if z.steps.len() != z.values.len() || z.times.len() != z.steps.len() {
+        return false;
+    }
+    let detail = Detail {
+        lo,
+        hi,
+        steps: z.steps,
+        values: z.values,
+        times: z.times,
+        downsampled: z.downsampled,
+        total: z.total_points,
+        version: id,
+    };
+    DETAILS.with(|d| d.borrow_mut().insert(key, detail));
+    true
+}
+
+/// The socket was lost: its requests will not be answered, and are asked again.
+pub fn lost() {
+    WANTED.with(|w| w.borrow_mut().clear());
 }
 
 /// Calls `f` with the detail held for `run`'s `metric`, if any.

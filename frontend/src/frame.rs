@@ -188,7 +188,7 @@ fn fetch_windows(scene: &Scene, store: &Store, specs: &[crate::groups::ChartSpec
             for (metric, _) in &spec.metrics {
                 if let Some(s) = run.series(metric) {
                     if let Some(range) = lines::steps_in(scene.axis, s, scene.started[i], window) {
-                        crate::fetch::request(id, metric, range, budget, state::mark_dirty);
+                        crate::fetch::request(id, metric, range, budget);
                     }
                 }
             }

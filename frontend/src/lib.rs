@@ -2,7 +2,7 @@
 //! as points arrive over the viewer WebSocket. It never polls; zooming asks the hub for the
 //! raw points of the window.
 //!
-//! * `fetch` — range and detail requests over HTTP.
+//! * `fetch` — zoom windows over the socket, details over HTTP.
 //! * `state` — the reactive state and the hub's messages.
 //! * `stepstream_chart` (re-exported as `chart`, `data`, `ws`), shared with the embeddable
 //!   widget: the points held, the self-healing viewer socket, drawing a chart.
@@ -146,7 +146,12 @@ fn App() -> impl IntoView {
                     .collect()
             }),
             on_message: Box::new(move |msg| ctx.on_message(msg)),
-            on_state: Box::new(move |link: ws::Link| ctx.live.set(link.is_open())),
+            on_state: Box::new(move |link: ws::Link| {
+                if !link.is_open() {
+                    fetch::lost();
+                }
+                ctx.live.set(link.is_open())
+            }),
         },
     );
     state::set_socket(socket);

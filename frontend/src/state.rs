@@ -45,7 +45,7 @@ pub fn set_socket(s: ws::Socket) {
     SOCKET.with(|slot| *slot.borrow_mut() = Some(s));
 }
 
-fn send(msg: FromViewer) {
+pub fn send(msg: FromViewer) {
     SOCKET.with(|s| {
         if let Some(s) = s.borrow().as_ref() {
             s.send(&msg);
@@ -472,6 +472,11 @@ impl Ctx {
                 });
                 if added {
                     self.alerts.update(|n| *n += 1);
+                    mark_dirty();
+                }
+            }
+            ToViewer::Zoomed(z) => {
+                if crate::fetch::answer(z) {
                     mark_dirty();
                 }
             }

@@ -15,7 +15,8 @@
 //!   number the hub has stored for that run, so a reconnecting collector resends only what
 //!   was not stored; [`Ack`] says every batch up to `through_seq` is durable; [`FinishAck`];
 //!   [`HubError`].
-//! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`].
+//! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`], and [`Zoom`] for a
+//!   window at its own resolution (answered by [`Zoomed`]).
 //! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect, [`RunUpdate`] as a run's status
 //!   changes and [`RunUpdates`] (every run whose summary changed) once a second;
 //!   per subscribed run: [`Metrics`], [`Backfill`] chunks (history up to a sequence number),
@@ -258,6 +259,35 @@ pub struct Subscribe {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unsubscribe {
     pub runs: Vec<RunId>,
+}
+
+/// A zoom window: one metric of a subscribed run over steps `from..=to`, every stored point
+/// while they fit `budget`, else M4-thinned to it (the hub's one decimation). Answered by a
+/// [`Zoomed`] with the same `id`; a page keeps only the answer to its newest request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Zoom {
+    pub id: u64,
+    pub run_id: RunId,
+    pub metric: String,
+    pub from: i64,
+    pub to: i64,
+    pub budget: u32,
+}
+
+/// The points of a [`Zoom`] window, each with its record's wall time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Zoomed {
+    pub id: u64,
+    pub run_id: RunId,
+    pub metric: String,
+    pub from: i64,
+    pub to: i64,
+    /// Points stored in the window, before any thinning.
+    pub total_points: u64,
+    pub downsampled: bool,
+    pub steps: Vec<i64>,
+    pub values: Vec<f64>,
+    pub times: Vec<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -514,6 +544,7 @@ direction! {
     FromViewer {
         Subscribe = 0x20,
         Unsubscribe = 0x21,
+        Zoom = 0x22,
     }
 }
 
@@ -529,6 +560,7 @@ direction! {
         Resync = 0x36,
         Alert = 0x37,
         RunUpdates = 0x38,
+        Zoomed = 0x39,
         HubError = 0x3f,
     }
 }

@@ -156,6 +156,34 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(),
         ),
         (
+            "FromViewer_Zoom",
+            FromViewer::Zoom(Zoom {
+                id: 7,
+                run_id: run_id(),
+                metric: "loss".into(),
+                from: 100,
+                to: 200,
+                budget: 1600,
+            })
+            .encode(),
+        ),
+        (
+            "ToViewer_Zoomed",
+            ToViewer::Zoomed(Zoomed {
+                id: 7,
+                run_id: run_id(),
+                metric: "loss".into(),
+                from: 100,
+                to: 200,
+                total_points: 2,
+                downsampled: false,
+                steps: vec![100, 150],
+                values: vec![2.5, f64::NAN],
+                times: vec![1_764_700_100.25, 1_764_700_150.25],
+            })
+            .encode(),
+        ),
+        (
             "ToViewer_RunList",
             ToViewer::RunList(RunList {
                 runs: vec![summary()],

@@ -4,7 +4,6 @@
 //! `"Infinity"` and `"-Infinity"`.
 
 use crate::auth::Scope;
-use crate::downsample::Budgeted;
 use crate::hub::Run;
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
@@ -224,32 +223,23 @@ pub async fn series(
             "budget must be between 4 and {most} (limit viewer_budget)"
         )));
     }
-    let bounds = app.hub.store.step_bounds(run.key).await?;
-    let lo = q.from.or(bounds.map(|b| b.0)).unwrap_or(0);
-    let hi = q.to.or(bounds.map(|b| b.1)).unwrap_or(lo);
-    if hi < lo {
-        return Err(ApiError::BadRequest(format!("empty step range {lo}..{hi}")));
-    }
-    let (points, total) = app
-        .hub
-        .store
-        .scan_steps(
-            run.key,
-            (lo, hi),
-            last_seq,
-            (Budgeted::new(budget, (lo, hi)), 0u64),
-            move |(points, total), _, records| {
-                for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
-                    if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
-                        points.push(r.step, v, r.wall_time);
-                        *total += 1;
-                    }
-                }
-                ControlFlow::Continue(())
-            },
-        )
-        .await?;
-    let (steps, values, times, downsampled) = points.finish();
+    let Some(w) = crate::downsample::window(
+        &app.hub.store,
+        run.key,
+        last_seq,
+        metric,
+        (q.from, q.to),
+        budget,
+    )
+    .await?
+    else {
+        return Err(ApiError::BadRequest(format!(
+            "empty step range {:?}..{:?}",
+            q.from, q.to
+        )));
+    };
+    let (lo, hi, total, downsampled) = (w.from, w.to, w.total, w.downsampled);
+    let (steps, values, times) = (w.steps, w.values, w.times);
     let head = json!({
         "run_id": id,
         "metric": q.metric,

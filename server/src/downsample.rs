@@ -1,7 +1,10 @@
 //! Point budgets for history and range answers, over the one M4 decimation of
-//! `stepstream_protocol::decimate` (the same routine the web app draws with).
+//! `stepstream_protocol::decimate` (the same routine the web app draws with), and the one
+//! window read both the series endpoint and a viewer's zoom answer with ([`window`]).
 
+use crate::store::{RunKey, Store, StoreError};
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use stepstream_protocol::decimate::M4;
 use stepstream_protocol::MetricId;
 
@@ -94,6 +97,65 @@ impl Budgeted {
         }
         (steps, values, times, thinned)
     }
+}
+
+/// One metric over a step window, as the series endpoint and a viewer's zoom answer it.
+pub struct Window {
+    /// The window's steps (the run's whole range when none was given).
+    pub from: i64,
+    pub to: i64,
+    pub steps: Vec<i64>,
+    pub values: Vec<f64>,
+    pub times: Vec<f64>,
+    pub downsampled: bool,
+    /// Points stored in the window, before any thinning.
+    pub total: u64,
+}
+
+/// Reads `metric` of the run `key` (its batches through `through_seq`) over `from..=to`
+/// (default: the run's whole step range) through the step index, every raw point while
+/// they fit `budget`, else M4-thinned to it. `None` for an empty range (`to < from`).
+pub async fn window(
+    store: &Store,
+    key: RunKey,
+    through_seq: u64,
+    metric: MetricId,
+    (from, to): (Option<i64>, Option<i64>),
+    budget: usize,
+) -> Result<Option<Window>, StoreError> {
+    let bounds = store.step_bounds(key).await?;
+    let lo = from.or(bounds.map(|b| b.0)).unwrap_or(0);
+    let hi = to.or(bounds.map(|b| b.1)).unwrap_or(lo);
+    if hi < lo {
+        return Ok(None);
+    }
+    let (points, total) = store
+        .scan_steps(
+            key,
+            (lo, hi),
+            through_seq,
+            (Budgeted::new(budget, (lo, hi)), 0u64),
+            move |(points, total), _, records| {
+                for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
+                    if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
+                        points.push(r.step, v, r.wall_time);
+                        *total += 1;
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await?;
+    let (steps, values, times, downsampled) = points.finish();
+    Ok(Some(Window {
+        from: lo,
+        to: hi,
+        steps,
+        values,
+        times,
+        downsampled,
+        total,
+    }))
 }
 
 /// One [`Budgeted`] per metric of a run, found by the metric's id without a map lookup per

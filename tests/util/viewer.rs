@@ -66,6 +66,8 @@ pub struct Viewer {
     pub run_list: Vec<RunSummary>,
     pub errors: Vec<HubError>,
     pub alerts: Vec<Alert>,
+    /// Zoom windows answered.
+    pub zoomed: Vec<Zoomed>,
     /// The hub closed the socket.
     pub closed: bool,
     /// Run-list pages before the last one.
@@ -101,6 +103,7 @@ impl Viewer {
             run_list: Vec::new(),
             errors: Vec::new(),
             alerts: Vec::new(),
+            zoomed: Vec::new(),
             closed: false,
             list_pages: Vec::new(),
             run_lists: 0,
@@ -232,6 +235,7 @@ impl Viewer {
             ToViewer::Resync(r) => self.runs.entry(r.run_id).or_default().resyncs += 1,
             ToViewer::HubError(e) => self.errors.push(e),
             ToViewer::Alert(a) => self.alerts.push(a),
+            ToViewer::Zoomed(z) => self.zoomed.push(z),
         }
     }
 }

@@ -394,7 +394,8 @@ impl Connection {
                     w.data.alert(a);
                 }
             }
-            ToViewer::Resync(_) => {}
+            // The widget asks for no zoom windows.
+            ToViewer::Resync(_) | ToViewer::Zoomed(_) => {}
             ToViewer::HubError(e) => {
                 web_sys::console::warn_1(
                     &format!("stepstream hub: {:?}: {}", e.code, e.message).into(),

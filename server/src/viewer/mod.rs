@@ -31,11 +31,15 @@ use tokio::task::AbortHandle;
 
 mod backfill;
 mod filter;
+mod zoom;
 
 use backfill::backfill;
 use filter::Filter;
 
 const OUTGOING_CAPACITY: usize = 256;
+
+/// Zoom windows one viewer may have read at once (one per chart is the page's way).
+const ZOOMS_AT_ONCE: usize = 64;
 /// Bytes of frames a viewer's queue holds, at most. A viewer that stops reading costs the
 /// hub this, plus the history page a subscription holds while it waits for room (at most
 /// 25,000 points and one batch) and the socket's write buffer: under 8 MiB in all, however
@@ -231,6 +235,7 @@ async fn serve(
 
     let mut updates = hub.subscribe_updates();
     let mut subscriptions: HashMap<RunId, AbortHandle> = HashMap::new();
+    let mut zooms: HashMap<(RunId, String), AbortHandle> = HashMap::new();
     let _ = send_run_list(&hub, &scope, &out).await;
     loop {
         tokio::select! {
@@ -282,6 +287,21 @@ async fn serve(
                             }
                         }
                     }
+                    Ok(FromViewer::Zoom(zoom)) => {
+                        // The newest window of a chart replaces the one being read for it.
+                        zooms.retain(|_, task| !task.is_finished());
+                        let key = (zoom.run_id.clone(), zoom.metric.clone());
+                        if let Some(old) = zooms.remove(&key) {
+                            old.abort();
+                        }
+                        if zooms.len() >= ZOOMS_AT_ONCE {
+                            let msg = format!("more than {ZOOMS_AT_ONCE} zoom windows read at once");
+                            let _ = out.send(error(ErrorCode::Limit, &msg, false)).await;
+                            continue;
+                        }
+                        let task = tokio::spawn(zoom::answer(hub.clone(), scope.clone(), zoom, out.clone()));
+                        zooms.insert(key, task.abort_handle());
+                    }
                     Err(e) => {
                         let _ = out.send(error(ErrorCode::BadFrame, &e.to_string(), false)).await;
                     }
@@ -303,7 +323,7 @@ async fn serve(
             },
         }
     }
-    for (_, task) in subscriptions {
+    for task in subscriptions.into_values().chain(zooms.into_values()) {
         task.abort();
     }
     drop(out);
