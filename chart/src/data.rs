@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use stepstream_protocol::decimate::M4;
-use stepstream_protocol::{Alert, Backfill, Live, MetricDef, MetricId, RunId};
+use stepstream_protocol::{Alert, Backfill, Live, MetricDef, MetricId};
 
 /// Points per series above which it is compacted to [`COMPACT_TO`] buckets.
 pub const COMPACT_ABOVE: usize = 40_000;
@@ -278,26 +278,6 @@ impl RunData {
             .filter(|a| a.fired)
             .map(|a| a.step)
             .collect()
-    }
-}
-
-/// Every subscribed run's data.
-#[derive(Default)]
-pub struct Store {
-    pub runs: BTreeMap<RunId, RunData>,
-}
-
-impl Store {
-    /// Metric names across the given runs.
-    pub fn metric_names(&self, runs: &[RunId]) -> Vec<String> {
-        let mut names: Vec<String> = runs
-            .iter()
-            .filter_map(|r| self.runs.get(r))
-            .flat_map(|d| d.metric_names().cloned())
-            .collect();
-        names.sort();
-        names.dedup();
-        names
     }
 }
 

@@ -1,6 +1,6 @@
 //! What every browser view of a run shares, the web app and the embeddable widget alike:
-//! the points held and how hub messages change them (`data`), the self-healing viewer
-//! socket (`ws`), and drawing one chart on a canvas with plotters (this module): several
+//! one viewer client (`client`: what is wanted, the run list, resuming, dispatch), the points
+//! held (`data`), the self-healing viewer socket (`ws`), and drawing one chart on a canvas with plotters (this module): several
 //! lines overlaid, decimated per pixel column with the protocol's M4 (the hub's own
 //! decimation), crisp on HiDPI screens. No Leptos here: the widget's bundle stays small.
 //!
@@ -11,6 +11,7 @@
 //! edge so a NaN is never invisible; points outside an outlier-ignoring range are clamped
 //! to its edge and marked there with a triangle.
 
+pub mod client;
 pub mod data;
 pub mod scale;
 pub mod theme;

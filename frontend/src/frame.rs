@@ -4,7 +4,7 @@
 //! asks the hub for the raw points of the window (`fetch`).
 
 use crate::chart::{self, theme, Geometry};
-use crate::data::Store;
+use crate::client::Client;
 use crate::lines::{self, Scene};
 use crate::state::{self, ChartOpts, Ctx, STORE};
 use leptos::prelude::*;
@@ -165,7 +165,7 @@ pub fn frame(ctx: &Ctx) -> bool {
 }
 
 /// While zoomed: asks for the raw points of the window of every drawn line.
-fn fetch_windows(scene: &Scene, store: &Store, specs: &[crate::groups::ChartSpec]) {
+fn fetch_windows(scene: &Scene, store: &Client, specs: &[crate::groups::ChartSpec]) {
     let Some(window) = scene.window else {
         return;
     };
@@ -200,7 +200,7 @@ fn draw_chart(
     canvas: &web_sys::HtmlCanvasElement,
     spec: &crate::groups::ChartSpec,
     scene: &Scene,
-    store: &Store,
+    store: &Client,
     o: ChartOpts,
     style: &theme::Theme,
     fingerprint: (u64, u64),
@@ -368,7 +368,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
 
 /// For benchmarks: seconds from a point's `log` to the frame that drew it, appended to
 /// `window.__stepstreamLatency` for the newest point of each run drawn in this frame.
-fn record_latency(store: &Store) {
+fn record_latency(store: &Client) {
     let Some(window) = web_sys::window() else {
         return;
     };

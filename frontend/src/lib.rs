@@ -27,7 +27,7 @@ pub mod state;
 pub mod view;
 
 pub use stepstream_chart as chart;
-pub use stepstream_chart::{data, ws};
+pub use stepstream_chart::{client, data, ws};
 
 use components::charts::{ChartGroups, Toolbar, Tooltip};
 use components::header::{AlertList, Header, Legend, StaleBanner};
@@ -138,17 +138,12 @@ fn App() -> impl IntoView {
     let socket = ws::Socket::open(
         ws::viewer_url(query_param("hub").as_deref(), page_token().as_deref()),
         ws::Handlers {
-            on_open: Box::new(move || {
-                ctx.selected
-                    .get_untracked()
-                    .iter()
-                    .map(state::subscription)
-                    .collect()
-            }),
+            on_open: Box::new(state::on_open),
             on_message: Box::new(move |msg| ctx.on_message(msg)),
             on_state: Box::new(move |link: ws::Link| {
                 if !link.is_open() {
                     fetch::lost();
+                    state::on_lost();
                 }
                 ctx.live.set(link.is_open())
             }),

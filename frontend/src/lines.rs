@@ -5,7 +5,8 @@
 
 use crate::chart::scale::Axis;
 use crate::chart::theme::color_of;
-use crate::data::{smooth, Series, Store};
+use crate::client::Client;
+use crate::data::{smooth, Series};
 use crate::fetch;
 use crate::groups::ChartSpec;
 use plotters::style::RGBColor;
@@ -50,7 +51,7 @@ fn xs_of<'a>(axis: Axis, s: &'a Series, started: f64) -> Cow<'a, [f64]> {
 }
 
 /// The lines of `spec` for the selected runs.
-pub fn gather<'a>(scene: &Scene, store: &'a Store, spec: &ChartSpec) -> Vec<LineData<'a>> {
+pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<LineData<'a>> {
     let mut out = Vec::new();
     for (i, id) in scene.selected.iter().enumerate() {
         let Some(run) = store.runs.get(id) else {
@@ -172,7 +173,7 @@ pub fn steps_in(axis: Axis, s: &Series, started: f64, (x0, x1): (f64, f64)) -> O
 /// holds, and the view (window, axis, smoothing, selection, the zoom window's raw points).
 /// A changed view answers a user's action and is drawn at once; changed data can wait a
 /// frame (see `frame.rs`).
-pub fn fingerprint(scene: &Scene, store: &Store, spec: &ChartSpec) -> (u64, u64) {
+pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64) {
     let mut data = std::collections::hash_map::DefaultHasher::new();
     let mut view = std::collections::hash_map::DefaultHasher::new();
     scene.axis.code().hash(&mut view);

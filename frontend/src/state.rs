@@ -1,9 +1,10 @@
 //! The page's state: the reactive part (what the DOM shows: run list, selection, view
-//! settings) in [`Ctx`], and the points in [`STORE`], outside the reactive system. Hub
-//! messages land here; they only change the store and mark the page dirty.
+//! settings) in [`Ctx`], and the viewer client with the points in [`STORE`] (the client the
+//! widget uses too, `chart::client`), outside the reactive system. Hub messages go through
+//! the client; what it says changed is shown here, points only by marking the page dirty.
 
 use crate::chart::scale::Axis;
-use crate::data::{RunData, Store};
+use crate::client::{Change, Client};
 use crate::groups::{ChartSpec, Group};
 use crate::i18n::Lang;
 use crate::view::{ThemePref, View};
@@ -12,19 +13,14 @@ use leptos::prelude::*;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use stepstream_protocol::{
-    FromViewer, RunId, RunStatus, RunSummary, Subscribe, ToViewer, Unsubscribe,
-};
-
-/// History points per metric asked of the hub on subscribe (it downsamples above that).
-const HISTORY_BUDGET: u32 = 4000;
+use stepstream_protocol::{FromViewer, RunId, RunStatus, RunSummary, ToViewer};
 
 thread_local! {
-    pub static STORE: RefCell<Store> = RefCell::new(Store::default());
+    /// The viewer client and the points it holds (the page subscribes at once, listed or
+    /// not: it selects only runs it was shown).
+    pub static STORE: RefCell<Client> = RefCell::new(Client::new(false));
     static SOCKET: RefCell<Option<ws::Socket>> = const { RefCell::new(None) };
     static DIRTY: Cell<bool> = const { Cell::new(true) };
-    /// Run-list pages received before the last one.
-    static LIST_PAGES: RefCell<Vec<RunSummary>> = const { RefCell::new(Vec::new()) };
     /// While the view is being set from the address bar (back button), do not push it.
     static RESTORING: Cell<bool> = const { Cell::new(false) };
     static LAST_PUBLISH: Cell<f64> = const { Cell::new(0.0) };
@@ -53,29 +49,21 @@ pub fn send(msg: FromViewer) {
     });
 }
 
-/// The subscription that continues what the page holds for `run` (after a reconnect: the
-/// batches after the last one it holds, whatever their steps), or starts it afresh.
-pub fn subscription(run: &RunId) -> FromViewer {
-    let held = STORE.with(|s| {
-        let mut store = s.borrow_mut();
-        let held = store.runs.get(run).and_then(|d| d.held_seq());
-        if held.is_none() {
-            // Whatever part of a history arrived before the socket was lost comes again whole.
-            if let Some(d) = store.runs.get_mut(run) {
-                let smoothing = d.smoothing;
-                *d = Default::default();
-                d.smoothing = smoothing;
-            }
-        }
-        held
-    });
-    FromViewer::Subscribe(Subscribe {
-        runs: vec![run.clone()],
-        metrics: None,
-        from_step: None,
-        budget: held.is_none().then_some(HISTORY_BUDGET),
-        after_seq: held,
-    })
+fn send_all(frames: Vec<FromViewer>) {
+    for f in frames {
+        send(f);
+    }
+}
+
+/// The socket opened: the frames that (re)subscribe the selected runs, each after the
+/// batches the page holds of it.
+pub fn on_open() -> Vec<FromViewer> {
+    STORE.with(|s| s.borrow_mut().on_open())
+}
+
+/// The socket closed: its subscriptions and its run list are gone with it.
+pub fn on_lost() {
+    STORE.with(|s| s.borrow_mut().on_lost());
 }
 
 /// A run's config, flattened: `(dotted key, value)`, sorted by key.
@@ -153,6 +141,7 @@ impl Ctx {
         INITIAL_RUNS.with(|i| *i.borrow_mut() = Some(view.runs.clone()));
         // Opening the page's own view replaces its history entry rather than adding one.
         LAST_PUBLISH.with(|l| l.set(now_ms()));
+        STORE.with(|s| s.borrow_mut().set_smoothing(view.smoothing));
         Ctx {
             runs: RwSignal::new(Vec::new()),
             selected: RwSignal::new(Vec::new()),
@@ -239,11 +228,7 @@ impl Ctx {
 
     pub fn set_smoothing(&self, w: f64) {
         let w = w.clamp(0.0, 0.99);
-        STORE.with(|s| {
-            for d in s.borrow_mut().runs.values_mut() {
-                d.set_smoothing(w);
-            }
-        });
+        STORE.with(|s| s.borrow_mut().set_smoothing(w));
         self.smoothing.set(w);
         mark_dirty();
     }
@@ -274,27 +259,19 @@ impl Ctx {
             .cloned()
             .collect();
         if !gone.is_empty() {
-            STORE.with(|s| {
-                let mut s = s.borrow_mut();
-                for r in &gone {
-                    s.runs.remove(r);
-                    crate::fetch::forget(Some(r));
-                }
-            });
-            send(FromViewer::Unsubscribe(Unsubscribe { runs: gone }));
+            for r in &gone {
+                crate::fetch::forget(Some(r));
+            }
+            send_all(STORE.with(|s| s.borrow_mut().unwant(&gone)));
         }
         let summaries = self.runs.get_untracked();
         let offset = self.hub_offset.get_untracked();
-        let smoothing = self.smoothing.get_untracked();
         for run in runs.iter().filter(|r| !before.contains(r)) {
             let summary = summaries.iter().find(|s| &s.run_id == run);
-            let mut data = RunData::default();
-            data.last_point_ms = summary
+            let last_point_ms = summary
                 .and_then(|s| s.last_point_at)
                 .map_or(now_ms(), |t| (t - offset) * 1000.0);
-            data.smoothing = smoothing;
-            STORE.with(|s| s.borrow_mut().runs.insert(run.clone(), data));
-            send(subscription(run));
+            send_all(STORE.with(|s| s.borrow_mut().want(run, None, last_point_ms)));
             self.load_detail(run.clone());
         }
         self.selected.set(runs);
@@ -377,21 +354,13 @@ impl Ctx {
     }
 
     pub fn on_message(&self, msg: ToViewer) {
-        match msg {
-            ToViewer::RunList(list) => {
-                // Pages gather until the last one, which replaces the list.
-                let mut runs = LIST_PAGES.with(|p| std::mem::take(&mut *p.borrow_mut()));
-                runs.extend(list.runs);
-                if !list.done {
-                    LIST_PAGES.with(|p| *p.borrow_mut() = runs);
-                    return;
-                }
-                // Pages left from a socket lost mid-list come again: the newest of a run wins.
-                let mut seen = std::collections::HashSet::new();
-                runs.reverse();
-                runs.retain(|r| seen.insert(r.run_id.clone()));
-                runs.reverse();
-                self.hub_offset.set(list.now - now_ms() / 1000.0);
+        let (change, frames) = STORE.with(|s| s.borrow_mut().on_message(msg, now_ms()));
+        send_all(frames);
+        let offset = STORE.with(|s| s.borrow().hub_offset);
+        match change {
+            Change::Nothing => {}
+            Change::Listed(runs) => {
+                self.hub_offset.set(offset);
                 self.runs.set(runs);
                 if self.configs.get_untracked().is_some() {
                     self.load_configs();
@@ -408,54 +377,15 @@ impl Ctx {
                     self.select(known);
                 }
             }
-            ToViewer::RunUpdate(u) => {
-                self.hub_offset.set(u.now - now_ms() / 1000.0);
-                self.runs.update(|runs| upsert_summary(runs, u.run));
-            }
-            ToViewer::RunUpdates(u) => {
-                self.hub_offset.set(u.now - now_ms() / 1000.0);
+            Change::Summaries(changed) => {
+                self.hub_offset.set(offset);
                 self.runs.update(|runs| {
-                    for mut run in u.runs {
-                        // These carry only the headline values: keep the others known.
-                        if let Some(old) = runs.iter().find(|r| r.run_id == run.run_id) {
-                            for (name, v) in &old.last_values {
-                                if !run.last_values.iter().any(|(n, _)| n == name) {
-                                    run.last_values.push((name.clone(), *v));
-                                }
-                            }
-                        }
+                    for run in changed {
                         upsert_summary(runs, run);
                     }
                 });
             }
-            ToViewer::Metrics(m) => {
-                STORE.with(|s| {
-                    if let Some(d) = s.borrow_mut().runs.get_mut(&m.run_id) {
-                        d.define(&m.metrics);
-                    }
-                });
-                self.refresh_charts();
-            }
-            ToViewer::Backfill(b) => {
-                STORE.with(|s| {
-                    if let Some(d) = s.borrow_mut().runs.get_mut(&b.run_id) {
-                        d.backfill(&b);
-                    }
-                });
-                mark_dirty();
-            }
-            ToViewer::Live(l) => {
-                let applied = STORE.with(|s| {
-                    s.borrow_mut()
-                        .runs
-                        .get_mut(&l.run_id)
-                        .is_some_and(|d| d.live(&l, now_ms()))
-                });
-                if applied {
-                    mark_dirty();
-                }
-            }
-            ToViewer::StatusChange(c) => {
+            Change::Status(c) => {
                 self.runs.update(|runs| {
                     if let Some(r) = runs.iter_mut().find(|r| r.run_id == c.run_id) {
                         r.status = c.status;
@@ -463,25 +393,18 @@ impl Ctx {
                     }
                 });
             }
-            ToViewer::Alert(a) => {
-                let added = STORE.with(|s| {
-                    s.borrow_mut()
-                        .runs
-                        .get_mut(&a.run_id)
-                        .is_some_and(|d| d.alert(a.clone()))
-                });
-                if added {
-                    self.alerts.update(|n| *n += 1);
-                    mark_dirty();
-                }
+            Change::Defined(_) => self.refresh_charts(),
+            Change::Points(_) => mark_dirty(),
+            Change::Alert(_) => {
+                self.alerts.update(|n| *n += 1);
+                mark_dirty();
             }
-            ToViewer::Zoomed(z) => {
+            Change::Zoomed(z) => {
                 if crate::fetch::answer(z) {
                     mark_dirty();
                 }
             }
-            ToViewer::Resync(_) => {}
-            ToViewer::HubError(e) => {
+            Change::HubError(e) => {
                 web_sys::console::warn_1(
                     &format!("stepstream hub: {:?}: {}", e.code, e.message).into(),
                 );

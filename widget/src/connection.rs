@@ -12,14 +12,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::rc::{Rc, Weak};
-use stepstream_chart::data::RunData;
+use stepstream_chart::client::{Change, Client};
 use stepstream_chart::ws::{self, Handlers, Link, Socket};
-use stepstream_protocol::{FromViewer, RunId, RunSummary, Subscribe, ToViewer, Unsubscribe};
+use stepstream_protocol::{FromViewer, RunId, ToViewer};
 use wasm_bindgen::JsCast;
-
-/// Points per metric in the history of a first subscription: a chart is at most a few
-/// thousand pixels wide and the hub's M4 keeps every extreme.
-const HISTORY_BUDGET: u32 = 4_000;
 
 thread_local! {
     static CONNECTIONS: RefCell<HashMap<String, Rc<RefCell<Connection>>>> = RefCell::new(HashMap::new());
@@ -56,20 +52,6 @@ pub enum Probe {
     Other(String),
 }
 
-/// One run that widgets on this socket show.
-#[derive(Default)]
-pub struct Wanted {
-    pub metrics: BTreeSet<String>,
-    pub data: RunData,
-    /// A subscription was sent on the current socket.
-    pub subscribed: bool,
-    pub probe: Option<Probe>,
-    /// Resubscribed on the same socket: frames of the replaced subscription may still be in
-    /// flight. Every subscription starts with a `Metrics` frame, so points are taken again
-    /// from the next one on.
-    awaiting_intro: bool,
-}
-
 pub struct Connection {
     pub serial: u32,
     key: String,
@@ -83,13 +65,11 @@ pub struct Connection {
     pub link_at: f64,
     /// Why the socket would not open, asked after it failed.
     pub refusal: Option<Probe>,
-    /// The hub's run list as this token sees it; `None` until it arrived.
-    pub listed: Option<HashMap<RunId, RunSummary>>,
-    /// Run-list pages received before the last one.
-    list_pages: Vec<RunSummary>,
-    /// Hub clock minus the page's, seconds.
-    pub hub_offset: f64,
-    pub runs: HashMap<RunId, Wanted>,
+    /// What is wanted, the run list and the points: the client the web app uses too. A
+    /// run is subscribed once the run list shows it.
+    pub client: Client,
+    /// What the hub's HTTP API said about wanted runs the run list does not show.
+    pub probes: HashMap<RunId, Probe>,
     /// Each widget's runs and metrics, by widget id.
     users: HashMap<u32, (Vec<RunId>, Vec<String>)>,
     /// The hub's last complaint, shown until the next frame that changes something.
@@ -126,10 +106,8 @@ pub fn attach(
                     link: None,
                     link_at: js_sys::Date::now(),
                     refusal: None,
-                    listed: None,
-                    list_pages: Vec::new(),
-                    hub_offset: 0.0,
-                    runs: HashMap::new(),
+                    client: Client::new(true),
+                    probes: HashMap::new(),
                     users: HashMap::new(),
                     last_error: None,
                     me: me.clone(),
@@ -197,39 +175,34 @@ impl Connection {
     fn add_user(&mut self, id: u32, runs: &[RunId], metrics: &[String]) {
         self.users.insert(id, (runs.to_vec(), metrics.to_vec()));
         for run in runs {
-            let w = self.runs.entry(run.clone()).or_default();
-            let before = w.metrics.len();
-            w.metrics.extend(metrics.iter().cloned());
-            if w.subscribed && w.metrics.len() != before {
-                // The history of the new metrics is needed: start this run over.
-                w.data = RunData::default();
-                w.subscribed = false;
-                w.awaiting_intro = true;
-            }
+            let frames = self.client.want(run, Some(metrics), js_sys::Date::now());
+            self.send_all(frames);
         }
-        self.sync();
+        self.ask_about_unlisted();
     }
 
     /// Drops runs no widget shows any more.
     fn prune(&mut self) {
         let wanted: BTreeSet<&RunId> = self.users.values().flat_map(|(r, _)| r).collect();
         let gone: Vec<RunId> = self
+            .client
             .runs
             .keys()
             .filter(|r| !wanted.contains(r))
             .cloned()
             .collect();
         for run in &gone {
-            self.runs.remove(run);
+            self.probes.remove(run);
         }
-        if !gone.is_empty() {
-            self.send(FromViewer::Unsubscribe(Unsubscribe { runs: gone }));
-        }
+        let frames = self.client.unwant(&gone);
+        self.send_all(frames);
     }
 
-    fn send(&self, msg: FromViewer) {
+    fn send_all(&self, frames: Vec<FromViewer>) {
         if let Some(s) = &self.socket {
-            s.send(&msg);
+            for f in &frames {
+                s.send(f);
+            }
         }
     }
 
@@ -237,43 +210,22 @@ impl Connection {
         self.link.is_some_and(Link::is_open)
     }
 
-    /// Subscribes every wanted run the run list shows; asks about the others.
-    fn sync(&mut self) {
-        if !self.is_open() {
-            return;
-        }
-        let Some(listed) = &self.listed else {
+    /// Asks the hub's HTTP API about each wanted run the run list does not show (once per
+    /// socket); forgets what it said about runs now listed.
+    fn ask_about_unlisted(&mut self) {
+        let Some(listed) = self.client.listed.as_ref().filter(|_| self.is_open()) else {
             return;
         };
-        let mut subscribe = Vec::new();
-        let mut ask = Vec::new();
-        for (run, w) in &mut self.runs {
-            if listed.contains_key(run) {
-                if !w.subscribed {
-                    w.subscribed = true;
-                    w.probe = None;
-                    let held = w.data.held_seq();
-                    if held.is_none() {
-                        // A history cut short by a lost socket comes again whole.
-                        w.data = RunData::default();
-                    }
-                    subscribe.push(FromViewer::Subscribe(Subscribe {
-                        runs: vec![run.clone()],
-                        metrics: Some(w.metrics.iter().cloned().collect()),
-                        from_step: None,
-                        budget: held.is_none().then_some(HISTORY_BUDGET),
-                        after_seq: held,
-                    }));
-                }
-            } else if w.probe.is_none() {
-                w.probe = Some(Probe::Pending);
-                ask.push(run.clone());
-            }
-        }
-        for msg in subscribe {
-            self.send(msg);
-        }
+        self.probes.retain(|run, _| !listed.contains_key(run));
+        let ask: Vec<RunId> = self
+            .client
+            .runs
+            .keys()
+            .filter(|r| !listed.contains_key(*r) && !self.probes.contains_key(*r))
+            .cloned()
+            .collect();
         for run in ask {
+            self.probes.insert(run.clone(), Probe::Pending);
             self.ask(Some(run), false);
         }
     }
@@ -288,9 +240,9 @@ impl Connection {
             let mut c = conn.borrow_mut();
             if for_socket {
                 c.refusal = Some(verdict);
-            } else if let Some(w) = run.and_then(|r| c.runs.get_mut(&r)) {
-                if w.probe == Some(Probe::Pending) {
-                    w.probe = Some(verdict);
+            } else if let Some(p) = run.and_then(|r| c.probes.get_mut(&r)) {
+                if *p == Probe::Pending {
+                    *p = verdict;
                 }
             }
             drop(c);
@@ -305,20 +257,15 @@ impl Connection {
         match link {
             Link::Open => {
                 self.refusal = None;
+                let frames = self.client.on_open();
+                self.send_all(frames);
             }
             Link::Lost { .. } | Link::Failed { .. } => {
-                for w in self.runs.values_mut() {
-                    w.subscribed = false;
-                    // A new socket carries nothing of the old one's subscriptions.
-                    w.awaiting_intro = false;
-                    if w.probe == Some(Probe::Pending) {
-                        w.probe = None;
-                    }
-                }
-                self.listed = None;
+                self.client.on_lost();
+                self.probes.retain(|_, p| *p != Probe::Pending);
                 // Ask why once per failure streak, not on every retry.
                 if matches!(link, Link::Failed { .. }) && (was_open || self.refusal.is_none()) {
-                    let first = self.runs.keys().next().cloned();
+                    let first = self.client.runs.keys().next().cloned();
                     self.refusal = Some(Probe::Pending);
                     self.ask(first, true);
                 }
@@ -326,56 +273,13 @@ impl Connection {
         }
     }
 
-    /// Runs whose summary changed: listed, and re-synced when a widget wants one of them.
-    fn on_summaries(&mut self, now: f64, runs: Vec<RunSummary>) {
-        self.hub_offset = now - js_sys::Date::now() / 1000.0;
-        let wanted = runs.iter().any(|r| self.runs.contains_key(&r.run_id));
-        if let Some(listed) = &mut self.listed {
-            for run in runs {
-                listed.insert(run.run_id.clone(), run);
-            }
-        }
-        if wanted {
-            self.sync();
-        }
-    }
-
     fn on_message(&mut self, msg: ToViewer) {
-        match msg {
-            ToViewer::RunList(list) => {
-                // Pages gather until the last one, which replaces the list.
-                self.list_pages.extend(list.runs);
-                if !list.done {
-                    return;
-                }
-                self.hub_offset = list.now - js_sys::Date::now() / 1000.0;
-                self.listed = Some(
-                    std::mem::take(&mut self.list_pages)
-                        .into_iter()
-                        .map(|r| (r.run_id.clone(), r))
-                        .collect(),
-                );
-                self.sync();
-            }
-            ToViewer::RunUpdate(u) => self.on_summaries(u.now, vec![u.run]),
-            ToViewer::RunUpdates(u) => self.on_summaries(u.now, u.runs),
-            ToViewer::StatusChange(c) => {
-                if let Some(r) = self.listed.as_mut().and_then(|l| l.get_mut(&c.run_id)) {
-                    r.status = c.status;
-                    r.status_message = c.message;
-                }
-            }
-            ToViewer::Metrics(m) => {
-                if let Some(w) = self.runs.get_mut(&m.run_id) {
-                    w.awaiting_intro = false;
-                    w.data.define(&m.metrics);
-                }
-            }
-            ToViewer::Backfill(b) => {
-                if let Some(w) = self.runs.get_mut(&b.run_id).filter(|w| !w.awaiting_intro) {
-                    w.data.backfill(&b);
-                }
-                if !self.live && self.runs.values().all(|w| w.data.backfilled) {
+        let (change, frames) = self.client.on_message(msg, js_sys::Date::now());
+        self.send_all(frames);
+        match change {
+            Change::Listed(_) | Change::Summaries(_) => self.ask_about_unlisted(),
+            Change::Points(_) => {
+                if !self.live && self.client.all_backfilled() {
                     // A snapshot: the history is here, nothing more is wanted. Its widgets
                     // keep the points; a widget mounted later gets a socket of its own.
                     if let Some(s) = self.socket.take() {
@@ -384,24 +288,19 @@ impl Connection {
                     CONNECTIONS.with(|c| c.borrow_mut().remove(&self.key));
                 }
             }
-            ToViewer::Live(l) => {
-                if let Some(w) = self.runs.get_mut(&l.run_id).filter(|w| !w.awaiting_intro) {
-                    w.data.live(&l, js_sys::Date::now());
-                }
-            }
-            ToViewer::Alert(a) => {
-                if let Some(w) = self.runs.get_mut(&a.run_id).filter(|w| !w.awaiting_intro) {
-                    w.data.alert(a);
-                }
-            }
-            // The widget asks for no zoom windows.
-            ToViewer::Resync(_) | ToViewer::Zoomed(_) => {}
-            ToViewer::HubError(e) => {
+            Change::HubError(e) => {
                 web_sys::console::warn_1(
                     &format!("stepstream hub: {:?}: {}", e.code, e.message).into(),
                 );
                 self.last_error = Some(e.message);
             }
+            // The widget asks for no zoom windows; statuses and alerts are read from the
+            // client when drawing.
+            Change::Nothing
+            | Change::Status(_)
+            | Change::Defined(_)
+            | Change::Alert(_)
+            | Change::Zoomed(_) => {}
         }
     }
 }

@@ -190,28 +190,28 @@ impl View {
             }
             Some(Link::Open) => {}
         }
-        let Some(listed) = &c.listed else {
+        let Some(listed) = &c.client.listed else {
             return State::Loading("the run list");
         };
-        let hub_now = now_ms / 1000.0 + c.hub_offset;
+        let hub_now = now_ms / 1000.0 + c.client.hub_offset;
         let mut worst = State::Live;
         for run in &self.opts.runs {
-            let w = c.runs.get(run);
+            let w = c.client.runs.get(run);
             let state = match (listed.get(run), w) {
-                (None, Some(w)) => match &w.probe {
+                (None, Some(_)) => match c.probes.get(run) {
                     Some(Probe::NotFound) => State::NotFound(run.to_string()),
                     Some(Probe::Refused(why)) => State::Refused(why.clone()),
                     Some(Probe::Other(why)) => State::Refused(why.clone()),
                     _ => State::Loading("asking the hub about the run"),
                 },
                 (None, None) => State::Loading("the run list"),
-                (Some(_), Some(w)) if !w.data.backfilled => State::Loading("the run's history"),
+                (Some(_), Some(w)) if !w.backfilled => State::Loading("the run's history"),
                 (Some(_), None) => State::Loading("the run's history"),
                 (Some(r), Some(w)) => {
                     let last = r
                         .last_point_at
                         .unwrap_or(r.started_at)
-                        .max(w.data.newest_wall_time);
+                        .max(w.newest_wall_time);
                     if r.status.is_terminal() {
                         State::Ended(r.status)
                     } else if !c.live {
@@ -295,14 +295,17 @@ impl View {
         let mut owned = Vec::new();
         let mut received = 0;
         for run in &opts.runs {
-            let Some(w) = c.runs.get(run) else { continue };
+            let Some(w) = c.client.runs.get(run) else {
+                continue;
+            };
             let started = c
+                .client
                 .listed
                 .as_ref()
                 .and_then(|l| l.get(run))
                 .map_or(0.0, |r| r.started_at);
             for (i, metric) in opts.metrics.iter().enumerate() {
-                let Some(series) = w.data.series(metric) else {
+                let Some(series) = w.series(metric) else {
                     continue;
                 };
                 received += series.received;
@@ -327,7 +330,7 @@ impl View {
                 let smoothed = (opts.smoothing > 0.0)
                     .then(|| data::smooth(&series.values, opts.smoothing, None));
                 let markers = if opts.axis == Axis::Step {
-                    w.data.alert_steps().into_iter().map(|s| s as f64).collect()
+                    w.alert_steps().into_iter().map(|s| s as f64).collect()
                 } else {
                     Vec::new()
                 };
