@@ -335,7 +335,8 @@ fn a_scoped_read_token_issued_to_a_running_hub_shows_its_runs_and_refuses_others
 #[test]
 fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
     let site = StaticSite::start();
-    let hub = Hub::start(&["--allow-origin", &site.origin()]);
+    // The hub judges staleness, for the widget as for the page and the API.
+    let hub = Hub::start(&["--allow-origin", &site.origin(), "--stale-after", "2"]);
     let (a, _t) = stream(
         &hub,
         "vision",
@@ -388,14 +389,14 @@ fn the_iframe_page_draws_and_only_allowed_origins_may_frame_it() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(charts(&mut page)[0]["points"], snap[0]["points"]);
 
-    // A run that went quiet (alive, not finished) is shown stale after `stale` seconds.
+    // A run that went quiet (alive, not finished) is shown stale once the hub says so.
     let quiet = Collector::start(Options::new(&hub.ws(), "vision", "quiet")).unwrap();
     for step in 0..20 {
         quiet.log(step, &[("loss", 1.0)]);
     }
     quiet.flush();
     let q = quiet.run_id().to_string();
-    page.navigate(&format!("http://{}/embed?run={q}&stale=2", hub.addr()));
+    page.navigate(&format!("http://{}/embed?run={q}", hub.addr()));
     let stale = wait_charts(&mut page, "stale shown", 1, |_, c| c["state"] == "stale");
     assert_eq!(stale[0]["points"], 20);
     assert!(stale[0]["message"]

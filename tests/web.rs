@@ -172,7 +172,8 @@ fn page_lists_runs_and_draws_their_curves_live() {
 
 #[test]
 fn stale_banner_appears_when_a_run_goes_quiet_and_clears_when_it_resumes() {
-    let hub = Hub::start(&[]);
+    // The hub judges staleness, for the page as for the API and the widget.
+    let hub = Hub::start(&["--stale-after", "2"]);
     page_is_embedded(&hub);
     let run = Collector::start(Options::new(&hub.ws(), "web", "quiet-run")).unwrap();
     let id = run.run_id().to_string();
@@ -180,7 +181,7 @@ fn stale_banner_appears_when_a_run_goes_quiet_and_clears_when_it_resumes() {
         run.log(step, &[("loss", 1.0)]);
     }
     run.flush();
-    let mut page = Browser::open(&format!("http://{}/?stale=2&lang=en", hub.addr()));
+    let mut page = Browser::open(&format!("http://{}/?lang=en", hub.addr()));
     page.wait(
         "the run listed",
         Duration::from_secs(20),

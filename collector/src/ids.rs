@@ -1,11 +1,12 @@
 //! The metric table: this process's metric ids (dense, in first-use order) and the ids the
 //! hub knows them by.
 //!
-//! `log` numbers a metric the first time it sees it; that order differs between a run and
-//! its resumption (or a restarted tail). The hub's `Welcome` carries its name-to-id table,
-//! so a resumed run sends each name under the id the hub already has, and numbers new names
-//! above them. Every batch is translated on its way out, so batches sealed before a
-//! `Welcome` (or spooled) are sent under the table of the hub that is actually connected.
+//! `log` numbers a metric the first time it sees it, once; a new run's hub takes those
+//! numbers as they are. That order may differ between a run and its resumption (or a
+//! restarted tail): the hub's `Welcome` carries its name-to-id table, so a resumed run
+//! sends each name under the id the hub already has, and numbers new names above them.
+//! Only then is a batch translated on its way out (batches sealed before a `Welcome`, or
+//! spooled, go under the table of the hub actually connected); otherwise it goes as held.
 //! Names the hub's limits refuse (too long, one too many) are not sent, and their values are
 //! counted as refused instead of wedging the connection.
 
@@ -26,6 +27,8 @@ pub(crate) struct MetricTable {
     defined: usize,
     /// Definitions not yet sent on this connection.
     unsent: Vec<MetricDef>,
+    /// Every local id is its wire id.
+    as_numbered: bool,
 }
 
 impl MetricTable {
@@ -34,13 +37,36 @@ impl MetricTable {
         debug_assert_eq!(def.id.0 as usize, self.names.len());
         self.names.push(def.name);
         let wire = self.assign(self.names.len() - 1);
+        let local = MetricId(self.wire.len() as u32);
         self.wire.push(wire);
+        self.as_numbered &= wire == Some(local);
+    }
+
+    /// Whether every local id is the id the connected hub knows it by (a new run, or a
+    /// resumed one whose names were first logged in the same order, none refused): then
+    /// records go out as `log` numbered them, untranslated.
+    pub fn numbered_as_the_hub(&self) -> bool {
+        self.as_numbered
+    }
+
+    /// Recomputes [`MetricTable::numbered_as_the_hub`] after the table changed.
+    fn check_numbering(&mut self) {
+        self.as_numbered = self
+            .wire
+            .iter()
+            .enumerate()
+            .all(|(i, w)| *w == Some(MetricId(i as u32)));
     }
 
     /// Whether the connected hub takes local id `local`'s values (its limits may refuse a
     /// name).
     pub fn sent(&self, local: MetricId) -> bool {
         self.wire.get(local.0 as usize).copied().flatten().is_some()
+    }
+
+    /// Values per record the connected hub takes.
+    pub fn record_values(&self) -> u32 {
+        self.limits.record_values
     }
 
     /// The name of a local id.
@@ -80,6 +106,7 @@ impl MetricTable {
         self.wire = (0..self.names.len())
             .map(|local| self.assign(local))
             .collect();
+        self.check_numbering();
     }
 
     /// Definitions the connected hub does not have yet.
@@ -133,6 +160,7 @@ mod tests {
             limits: Limits::default(),
         });
         assert_eq!(t.take_unsent(), vec![def(2, "acc")]);
+        assert!(!t.numbered_as_the_hub(), "lr and loss swapped: translated");
         // A name first logged after the welcome also gets the hub's id.
         t.push(def(3, "loss"));
         assert!(t.take_unsent().is_empty());
@@ -152,6 +180,29 @@ mod tests {
             ..r
         };
         assert_eq!(t.translate(&again).0.values, vec![(MetricId(0), 7.0)]);
+    }
+
+    /// A new run's hub takes the ids as `log` numbered them: nothing is translated, until
+    /// a name the hub's limits refuse breaks the numbering.
+    #[test]
+    fn a_new_runs_ids_are_the_hubs() {
+        let mut t = MetricTable::default();
+        t.push(def(0, "loss"));
+        t.welcome(&Welcome {
+            run_id: stepstream_protocol::RunId::new("r").unwrap(),
+            last_seq: 0,
+            last_step: None,
+            metrics: vec![],
+            limits: Limits {
+                name_bytes: 8,
+                ..Limits::default()
+            },
+        });
+        t.push(def(1, "lr"));
+        assert!(t.numbered_as_the_hub());
+        assert_eq!(t.take_unsent(), vec![def(0, "loss"), def(1, "lr")]);
+        t.push(def(2, "much-too-long"));
+        assert!(!t.numbered_as_the_hub());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::client::{Change, Client};
 use crate::groups::{ChartSpec, Group};
 use crate::i18n::Lang;
 use crate::view::{ThemePref, View};
-use crate::{now_ms, query_param, ws};
+use crate::{now_ms, ws};
 use leptos::prelude::*;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -112,7 +112,6 @@ pub struct Ctx {
     pub hub_offset: RwSignal<f64>,
     /// Bumped when any watched run's alerts change.
     pub alerts: RwSignal<u64>,
-    pub stale_after: f64,
     pub window: RwSignal<Option<(f64, f64)>>,
     pub smoothing: RwSignal<f64>,
     pub axis: RwSignal<Axis>,
@@ -151,10 +150,6 @@ impl Ctx {
             now: RwSignal::new(now_ms()),
             hub_offset: RwSignal::new(0.0),
             alerts: RwSignal::new(0),
-            stale_after: query_param("stale")
-                .and_then(|s| s.parse::<f64>().ok())
-                .filter(|s| *s > 0.0)
-                .unwrap_or(30.0),
             window: RwSignal::new(view.window),
             smoothing: RwSignal::new(view.smoothing),
             axis: RwSignal::new(view.axis),
@@ -412,21 +407,21 @@ impl Ctx {
         }
     }
 
-    /// Runs that are meant to be training but have sent nothing for the threshold.
+    /// Selected runs the hub judges stale (nothing heard for its `--stale-after`), with
+    /// how long since their last point and when that was.
     pub fn stale_runs(&self) -> Vec<(RunSummary, f64, f64)> {
         let now = self.now.get();
         let selected = self.selected.get();
         self.runs
             .get()
             .into_iter()
-            .filter(|r| selected.contains(&r.run_id))
-            .filter_map(|r| {
-                let last =
-                    STORE.with(|s| s.borrow().runs.get(&r.run_id).map(|d| d.last_point_ms))?;
-                let quiet = (now - last) / 1000.0;
-                let alive = matches!(r.status, RunStatus::Running | RunStatus::Stale);
-                (alive && (r.status == RunStatus::Stale || quiet >= self.stale_after))
-                    .then_some((r, quiet, last))
+            .filter(|r| selected.contains(&r.run_id) && r.status == RunStatus::Stale)
+            .map(|r| {
+                let last = STORE
+                    .with(|s| s.borrow().runs.get(&r.run_id).map(|d| d.last_point_ms))
+                    .unwrap_or(now);
+                let quiet = ((now - last) / 1000.0).max(0.0);
+                (r, quiet, last)
             })
             .collect()
     }

@@ -529,6 +529,19 @@ direction! {
     }
 }
 
+impl Batch {
+    /// This batch as a [`ToHub::Batch`] frame, encoded from a borrow (a sender holding its
+    /// batches until acknowledged sends them without copying).
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode_frame(ToHub::BATCH_KIND, self)
+    }
+}
+
+impl ToHub {
+    /// The kind byte of [`ToHub::Batch`].
+    pub const BATCH_KIND: u8 = 0x03;
+}
+
 direction! {
     /// Hub → collector.
     FromHub {

@@ -379,6 +379,15 @@ fn golden_bytes() {
 }
 
 #[test]
+fn a_borrowed_batch_encodes_as_the_message_does() {
+    let b = Batch {
+        seq: 9,
+        records: vec![record(1), record(2)],
+    };
+    assert_eq!(b.encode(), ToHub::Batch(b.clone()).encode());
+}
+
+#[test]
 fn every_sample_round_trips() {
     for (name, bytes) in samples() {
         let again = match name.split('_').next().unwrap() {

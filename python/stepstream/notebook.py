@@ -97,7 +97,6 @@ def chart(
     x: Optional[str] = None,
     theme: Optional[str] = None,
     live: bool = True,
-    stale: Optional[float] = None,
     title: Optional[str] = None,
 ) -> Chart:
     """The live chart of one run (or several, overlaid) for a notebook cell's output.
@@ -122,7 +121,6 @@ def chart(
         "x": x,
         "theme": theme,
         "live": live,
-        "stale": stale,
         "title": title,
     }
     return Chart(_names(run), _names(metric), hub, options)

@@ -63,7 +63,7 @@ pub fn json_f64(v: f64) -> Value {
     }
 }
 
-fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
+fn summary_json(s: &RunSummary, now: f64) -> Value {
     let values: serde_json::Map<String, Value> = s
         .last_values
         .iter()
@@ -87,7 +87,8 @@ fn summary_json(s: &RunSummary, now: f64, stale_after: f64) -> Value {
         "age_s": age,
         "last_values": values,
         "records": s.records,
-        "training": s.status == RunStatus::Running && age.is_none_or(|a| a < stale_after),
+        // The hub's status clock judges staleness (`--stale-after`): the one judge of it.
+        "training": s.status == RunStatus::Running,
     })
 }
 
@@ -143,7 +144,6 @@ pub async fn list_runs(
     Query(q): Query<ListQuery>,
 ) -> Json<Value> {
     let now = unix_now();
-    let stale = app.stale_after_s;
     let with_config = q.config.is_some_and(|c| c == "1" || c == "true");
     let runs: Vec<Value> = app
         .hub
@@ -155,7 +155,7 @@ pub async fn list_runs(
                 let config = with_config.then(|| st.identity.config_json.clone());
                 (st.summary(), config)
             });
-            let mut v = summary_json(&summary, now, stale);
+            let mut v = summary_json(&summary, now);
             if let Some(c) = config {
                 v["config"] = serde_json::from_str(&c).unwrap_or(Value::String(c));
             }
@@ -183,7 +183,7 @@ pub async fn run_detail(
             st.identity.config_json.clone(),
         )
     });
-    let mut v = summary_json(&summary, unix_now(), app.stale_after_s);
+    let mut v = summary_json(&summary, unix_now());
     v["config"] = serde_json::from_str(&config).unwrap_or(Value::String(config));
     v["metrics"] = json!(metrics);
     Ok(Json(v))

@@ -113,7 +113,6 @@ pub async fn start(
         source,
     })?;
     tracing::info!(store = %where_, runs = runs.len(), "database open");
-    let stale_after_s = settings.policy.stale_after.as_secs_f64();
     let hub = Hub::new(
         store,
         runs,
@@ -140,7 +139,6 @@ pub async fn start(
     let state = AppState {
         hub: hub.clone(),
         auth: Arc::new(auth::LiveAuth::new(settings.auth.clone())),
-        stale_after_s,
         frame_ancestors: settings
             .allowed_origins
             .iter()

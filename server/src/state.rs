@@ -8,7 +8,6 @@ use std::sync::Arc;
 pub struct AppState {
     pub hub: Arc<Hub>,
     pub auth: Arc<auth::LiveAuth>,
-    pub stale_after_s: f64,
     /// The allowed origins as a `frame-ancestors` source list tail (` https://wiki.example`):
     /// who may frame `/embed`.
     pub frame_ancestors: Arc<str>,

@@ -33,14 +33,12 @@ pub struct Options {
     /// Follow new points; `false` draws the history once and closes.
     pub live: bool,
     pub token: Option<String>,
-    /// Seconds without a point before a running run is shown as stale.
-    pub stale_after: f64,
     pub title: Option<String>,
 }
 
 /// The option names, as attributes (`data-` + name; the run is `data-stepstream-run`) and
 /// as keys of the JS object.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 11] = [
     "hub",
     "run",
     "metric",
@@ -51,7 +49,6 @@ pub const NAMES: [&str; 12] = [
     "theme",
     "live",
     "token",
-    "stale",
     "title",
 ];
 
@@ -151,10 +148,6 @@ impl Options {
                 .transpose()?
                 .unwrap_or(true),
             token: get("token").filter(|t| !t.trim().is_empty()),
-            stale_after: match get("stale") {
-                Some(s) => number("stale", &s, 1.0, 86_400.0)?,
-                None => 60.0,
-            },
             title: get("title").filter(|t| !t.is_empty()),
         })
     }

@@ -216,8 +216,8 @@ impl View {
                         State::Ended(r.status)
                     } else if !c.live {
                         State::Snapshot
-                    } else if r.status == RunStatus::Stale || hub_now - last > self.opts.stale_after
-                    {
+                    } else if r.status == RunStatus::Stale {
+                        // The hub judges staleness (`--stale-after`), for every view alike.
                         State::Stale {
                             quiet_s: (hub_now - last).max(0.0),
                         }

@@ -56,6 +56,13 @@ impl Sender {
     }
 
     /// A held batch as the connected hub reads it (its metric ids, within its limits).
+    /// Whether `b` goes out as held: the hub numbers its metrics as `log` did, and no
+    /// record carries more values than the hub takes.
+    fn numbered_as_the_hub(&self, b: &Batch) -> bool {
+        let most = self.metrics.record_values() as usize;
+        self.metrics.numbered_as_the_hub() && b.records.iter().all(|r| r.values.len() <= most)
+    }
+
     fn wire(&self, b: &Batch) -> Batch {
         let mut refused = 0;
         let records = b
@@ -189,7 +196,12 @@ impl Sender {
                 if sent - acked >= WINDOW {
                     break;
                 }
-                if let Err(e) = sink.feed(binary(ToHub::Batch(self.wire(b)))).await {
+                let frame = if self.numbered_as_the_hub(b) {
+                    Message::Binary(b.encode().into())
+                } else {
+                    binary(ToHub::Batch(self.wire(b)))
+                };
+                if let Err(e) = sink.feed(frame).await {
                     return lost(e.to_string(), progressed);
                 }
                 sent = b.seq;
