@@ -97,7 +97,7 @@ pub fn request(run: &RunId, metric: &str, (lo, hi): (i64, i64), budget: usize) {
     }
     let id = NEXT.with(|n| n.replace(n.get() + 1));
     WANTED.with(|w| w.borrow_mut().insert(key, (lo, hi, id)));
-    crate::state::send(FromViewer::Zoom(Zoom {
+    crate::socket::send(FromViewer::Zoom(Zoom {
         id,
         run_id: run.clone(),
         metric: metric.to_string(),

@@ -3,9 +3,10 @@
 //! raw points of the window.
 //!
 //! * `fetch` — zoom windows over the socket, details over HTTP.
-//! * `state` — the reactive state and the hub's messages.
-//! * `stepstream_chart` (re-exported as `chart`, `data`, `ws`), shared with the embeddable
-//!   widget: the points held, the self-healing viewer socket, drawing a chart.
+//! * `state` — the reactive state and what the client says changed; `socket` — the page's one
+//!   viewer socket; `config`, `pointer` — a run's config flattened, the drag in progress.
+//! * `stepstream_chart` (re-exported as `chart`, `client`, `data`, `ws`), shared with the embeddable
+//!   widget: the viewer client and the points it holds, the self-healing socket, drawing.
 //! * `view` — the view in the URL (runs, zoom, smoothing, axis, theme, language).
 //! * `groups` — which charts, in which group; `lines` — a chart's lines from the data.
 //! * `frame` — the animation-frame loop; `interact` — zoom, pan and the crosshair.
@@ -23,6 +24,7 @@ pub mod i18n;
 pub mod interact;
 pub mod lines;
 pub mod pointer;
+pub mod socket;
 pub mod state;
 pub mod view;
 
@@ -149,7 +151,7 @@ fn App() -> impl IntoView {
             }),
         },
     );
-    state::set_socket(socket);
+    socket::set(socket);
     every_frame(move || {
         frame::frame(&ctx);
     });

@@ -7,8 +7,8 @@ use crate::chart::scale::Axis;
 use crate::client::{Change, Client};
 use crate::groups::{ChartSpec, Group};
 use crate::i18n::Lang;
+use crate::now_ms;
 use crate::view::{ThemePref, View};
-use crate::{now_ms, ws};
 use leptos::prelude::*;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -19,7 +19,6 @@ thread_local! {
     /// The viewer client and the points it holds (the page subscribes at once, listed or
     /// not: it selects only runs it was shown).
     pub static STORE: RefCell<Client> = RefCell::new(Client::new(false));
-    static SOCKET: RefCell<Option<ws::Socket>> = const { RefCell::new(None) };
     static DIRTY: Cell<bool> = const { Cell::new(true) };
     /// While the view is being set from the address bar (back button), do not push it.
     static RESTORING: Cell<bool> = const { Cell::new(false) };
@@ -37,21 +36,9 @@ pub fn take_dirty() -> bool {
     DIRTY.with(|d| d.replace(false))
 }
 
-pub fn set_socket(s: ws::Socket) {
-    SOCKET.with(|slot| *slot.borrow_mut() = Some(s));
-}
-
-pub fn send(msg: FromViewer) {
-    SOCKET.with(|s| {
-        if let Some(s) = s.borrow().as_ref() {
-            s.send(&msg);
-        }
-    });
-}
-
 fn send_all(frames: Vec<FromViewer>) {
     for f in frames {
-        send(f);
+        crate::socket::send(f);
     }
 }
 

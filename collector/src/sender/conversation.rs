@@ -179,7 +179,7 @@ impl Sender {
             if !unsent.is_empty() {
                 let defs = ToHub::DefineMetrics(DefineMetrics { metrics: unsent });
                 if let Err(e) = sink.feed(binary(defs)).await {
-                    return lost(e.to_string(), progressed);
+                    return lost(why(&mut stream, e.to_string()).await, progressed);
                 }
             }
             // New records go out after their linger, whatever is in flight: the hub stores a
@@ -202,7 +202,7 @@ impl Sender {
                     binary(ToHub::Batch(self.wire(b)))
                 };
                 if let Err(e) = sink.feed(frame).await {
-                    return lost(e.to_string(), progressed);
+                    return lost(why(&mut stream, e.to_string()).await, progressed);
                 }
                 sent = b.seq;
                 wrote = true;
@@ -215,7 +215,7 @@ impl Sender {
                         wall_time: unix_now(),
                     });
                     if let Err(e) = sink.feed(binary(msg)).await {
-                        return lost(e.to_string(), progressed);
+                        return lost(why(&mut stream, e.to_string()).await, progressed);
                     }
                     finish_sent = true;
                     wrote = true;
@@ -223,7 +223,7 @@ impl Sender {
             }
             if wrote {
                 if let Err(e) = sink.flush().await {
-                    return lost(e.to_string(), progressed);
+                    return lost(why(&mut stream, e.to_string()).await, progressed);
                 }
                 last_send = Instant::now();
             }
@@ -268,12 +268,22 @@ impl Sender {
                 _ = sleep_until(beat_at) => {
                     let beat = ToHub::Heartbeat(Heartbeat { wall_time: unix_now() });
                     if let Err(e) = sink.send(binary(beat)).await {
-                        return lost(e.to_string(), progressed);
+                        return lost(why(&mut stream, e.to_string()).await, progressed);
                     }
                     last_send = Instant::now();
                 }
             }
         }
+    }
+}
+
+/// Why a write to the hub failed: the hub's own error frame when it sent one before it
+/// closed (a refusal arrives while this side is still writing its window, and the write
+/// then fails first), else the write's error.
+async fn why(stream: &mut futures_util::stream::SplitStream<Ws>, write_error: String) -> String {
+    match timeout(Duration::from_millis(200), next_from_hub(stream)).await {
+        Ok(Ok(FromHub::HubError(e))) => format!("hub error {:?}: {}", e.code, e.message),
+        _ => write_error,
     }
 }
 

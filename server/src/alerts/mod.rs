@@ -231,7 +231,8 @@ impl RunRules {
         events
     }
 
-    /// The stale rule is judged by the hub's status clock, not by records.
+    /// The stale rule, judged by the hub's status clock, not by records
+    /// (`rules/stale.rs`).
     pub fn stale(
         &mut self,
         rules: &Rules,
@@ -243,27 +244,14 @@ impl RunRules {
         if !rules.stale.enabled {
             return None;
         }
-        match (stale, self.active.contains_key("stale")) {
-            (true, false) => {
-                self.active.insert("stale", step);
-                Some(Event::Fired {
-                    rule: "stale",
-                    step,
-                    value: 0.0,
-                    message: message.to_string(),
-                })
-            }
-            (false, true) => {
-                self.active.remove("stale");
-                self.resolved_at.insert("stale", now);
-                Some(Event::Resolved {
-                    rule: "stale",
-                    step,
-                    message: "the run is sending again".to_string(),
-                })
-            }
-            _ => None,
-        }
+        rules::stale::event(
+            &mut self.active,
+            &mut self.resolved_at,
+            stale,
+            step,
+            message,
+            now,
+        )
     }
 }
 

@@ -1,8 +1,8 @@
 //! The alert rules, one file each: its thresholds (its `[rules.NAME]` table in the alerts
 //! TOML file), its state per run, and how it judges. A rule judged on every record is a
 //! [`RecordRule`]; adding one is adding its file, its table to [`Rules`] and its state to
-//! [`every`]. Two rules are judged otherwise: `straggler` against the other ranks of a job,
-//! `stale` by the hub's status clock.
+//! [`every`]. Two rules are judged otherwise, each in its file too: `straggler` against the
+//! other ranks of a job, `stale` by the hub's status clock.
 
 use super::{Finding, Rules, Sample};
 use std::collections::HashMap;
@@ -13,6 +13,7 @@ pub mod loss_spike;
 pub mod lr_schedule;
 pub mod memory;
 pub mod non_finite;
+pub mod stale;
 pub mod stalled_data;
 pub mod straggler;
 pub mod throughput;
