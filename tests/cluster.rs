@@ -878,18 +878,7 @@ fn hubs_authenticate_to_nats_with_a_token_over_tls_and_with_an_nkey() {
     for (i, (bus, how)) in ways.iter().enumerate() {
         let mut args = vec!["--store", &store, "--nats", bus];
         args.extend(how.iter().copied());
-        let a = Hub::start_logged(&args);
-        let b = Hub::start_logged(&args);
-        let (run_id, writer) = stream(&a.ws(), &format!("nats-way-{i}"));
-        assert!(writer.join().unwrap().delivered);
-        let mut viewer = watch(&b, &run_id);
-        assert!(
-            viewer.pump(Duration::from_secs(30), |v| v
-                .runs
-                .get(&run_id)
-                .is_some_and(|s| s.count("loss") == STEPS as usize)),
-            "{bus}: the run did not cross to the other hub"
-        );
+        let (a, b) = a_run_crosses_between_two_hubs(&args, &format!("nats-way-{i}"));
         for hub in [&a, &b] {
             let log = hub.logged();
             assert!(log.contains("connected to NATS"), "{log}");
@@ -905,22 +894,9 @@ fn hubs_authenticate_to_nats_with_a_token_over_tls_and_with_an_nkey() {
         ["--nats-token-file", wrong_token.as_str(), "--nats-ca", ca],
         ["--nats-token-file", token.as_str(), "--nats-ca", other_ca],
     ] {
-        let refused = Command::new("timeout")
-            .args([
-                "60",
-                BIN,
-                "serve",
-                "--bind",
-                "127.0.0.1:0",
-                "--store",
-                &store,
-            ])
-            .args(["--nats", &tls_bus])
-            .args(how)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&refused.stderr);
-        assert!(!refused.status.success(), "{how:?}: {said}");
+        let mut args = vec!["--store", &store, "--nats", &tls_bus];
+        args.extend(how);
+        let said = refused_to_start(&args);
         assert!(!said.contains("t0ken-s3cret"), "{said}");
     }
 }
@@ -1002,31 +978,39 @@ fn hubs_authenticate_to_nats_with_a_creds_file() {
     let _nats = Nats::start_with(port, &["-c", conf.to_str().unwrap()]);
     let bus = format!("nats://127.0.0.1:{port}");
     let args = ["--store", &store, "--nats", &bus, "--nats-creds", &good];
-    let a = Hub::start_logged(&args);
-    let b = Hub::start_logged(&args);
-    let (run_id, writer) = stream(&a.ws(), "nats-creds");
-    assert!(writer.join().unwrap().delivered);
-    let mut viewer = watch(&b, &run_id);
-    assert!(viewer.pump(Duration::from_secs(30), |v| v
-        .runs
-        .get(&run_id)
-        .is_some_and(|s| s.count("loss") == STEPS as usize)));
+    let (a, _b) = a_run_crosses_between_two_hubs(&args, "nats-creds");
     assert!(a.logged().contains("connected to NATS"), "{}", a.logged());
-    let refused = Command::new("timeout")
-        .args([
-            "60",
-            BIN,
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-        ])
-        .args(["--nats", &bus, "--nats-creds", &forged])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "{said}");
+    let said = refused_to_start(&["--store", &store, "--nats", &bus, "--nats-creds", &forged]);
     assert!(!said.contains("SUA"), "a seed in the error: {said}");
     assert!(said.to_lowercase().contains("authoriz"), "{said}");
+}
+
+/// Two hubs started with `args` (joining NATS): a run streamed through the first reaches
+/// a viewer of the second, whole. Returns them, for their logs.
+fn a_run_crosses_between_two_hubs(args: &[&str], name: &str) -> (Hub, Hub) {
+    let a = Hub::start_logged(args);
+    let b = Hub::start_logged(args);
+    let (run_id, writer) = stream(&a.ws(), name);
+    assert!(writer.join().unwrap().delivered);
+    let mut viewer = watch(&b, &run_id);
+    assert!(
+        viewer.pump(Duration::from_secs(30), |v| v
+            .runs
+            .get(&run_id)
+            .is_some_and(|s| s.count("loss") == STEPS as usize)),
+        "{name}: the run did not cross to the other hub"
+    );
+    (a, b)
+}
+
+/// `stepstream serve` with `args` fails to start (within a minute); what it said.
+fn refused_to_start(args: &[&str]) -> String {
+    let refused = Command::new("timeout")
+        .args(["60", BIN, "serve", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{args:?}: {said}");
+    said
 }

@@ -186,40 +186,15 @@ pub fn batches_that_go_backwards_are_found(hub: &Hub) {
 #[ignore]
 fn bench_range_query_of_a_million_step_run() {
     let hub = Hub::start(&[]);
-    let run = Collector::start(Options::new(&hub.ws(), "bench", "million")).unwrap();
-    let id = run.run_id().to_string();
-    let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     let t0 = Instant::now();
-    for step in 0..1_000_000i64 {
-        let values: Vec<(&str, f64)> = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), (step as f64 * 1e-3 + i as f64).sin()))
-            .collect();
-        run.log(step, &values);
-    }
-    assert!(run.finish(Outcome::Finished).delivered);
+    let id = million_step_run(&hub, "million", None);
     println!(
         "ingest: 1,000,000 steps x 10 metrics in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let median = |from: i64, to: i64, budget: u32| {
-        let mut ms: Vec<f64> = (0..20)
-            .map(|_| {
-                let t = Instant::now();
-                let v = hub.json(&format!(
-                    "/api/runs/{id}/series?metric=m3&from={from}&to={to}&budget={budget}"
-                ));
-                assert!(v["total_points"].as_u64().unwrap() > 0);
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        ms[10]
-    };
-    let whole = median(0, 999_999, 4000);
+    let whole = median_ms(&hub, &id, (0, 999_999));
     for (label, from) in [("start", 0), ("middle", 500_000), ("end", 998_999)] {
-        let w = median(from, from + 999, 4000);
+        let w = median_ms(&hub, &id, (from, from + 999));
         println!(
             "1,000-step window at the {label}: {w:.2} ms (whole run: {whole:.1} ms, ratio {:.3})",
             w / whole
@@ -229,14 +204,32 @@ fn bench_range_query_of_a_million_step_run() {
 
 /// A benchmark, not a test: `cargo test --release --test e2e bench_range_after -- --ignored
 /// --nocapture`. The same run as above, but with one evaluation logged late at step 0
-/// half-way through (one batch then spans ~500,000 steps): 1,000-step windows at the end,
+/// half-way through (one batch then spans ~500,000 steps): 1,000-step windows after it,
 /// against the whole run. With one widest span per run, every later window scanned back
 /// to step 0's batch; by span class it costs what it did without the wide batch.
 #[test]
 #[ignore]
 fn bench_range_after_one_wide_batch() {
     let hub = Hub::start(&[]);
-    let run = Collector::start(Options::new(&hub.ws(), "bench", "wide")).unwrap();
+    let id = million_step_run(&hub, "wide", Some(500_000));
+    let whole = median_ms(&hub, &id, (0, 999_999));
+    for (label, from) in [
+        ("before the wide batch", 100_000),
+        ("after it", 900_000),
+        ("at the end", 998_999),
+    ] {
+        let w = median_ms(&hub, &id, (from, from + 999));
+        println!(
+            "1,000-step window {label}: {w:.2} ms (whole run: {whole:.1} ms, ratio {:.3})",
+            w / whole
+        );
+    }
+}
+
+/// A finished run of 1,000,000 steps × 10 metrics (`m3` logged at step 0 again after
+/// `late_eval_at`, when given); its id.
+fn million_step_run(hub: &Hub, name: &str, late_eval_at: Option<i64>) -> String {
+    let run = Collector::start(Options::new(&hub.ws(), "bench", name)).unwrap();
     let id = run.run_id().to_string();
     let names: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     for step in 0..1_000_000i64 {
@@ -246,37 +239,28 @@ fn bench_range_after_one_wide_batch() {
             .map(|(i, n)| (n.as_str(), (step as f64 * 1e-3 + i as f64).sin()))
             .collect();
         run.log(step, &values);
-        if step == 500_000 {
+        if Some(step) == late_eval_at {
             run.log(0, &[("m3", 0.5)]);
         }
     }
     assert!(run.finish(Outcome::Finished).delivered);
-    let median = |from: i64, to: i64| {
-        let mut ms: Vec<f64> = (0..20)
-            .map(|_| {
-                let t = Instant::now();
-                let v = hub.json(&format!(
-                    "/api/runs/{id}/series?metric=m3&from={from}&to={to}&budget=4000"
-                ));
-                assert!(v["total_points"].as_u64().unwrap() > 0);
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        ms.sort_by(f64::total_cmp);
-        ms[10]
-    };
-    let whole = median(0, 999_999);
-    for (label, from) in [
-        ("before the wide batch", 100_000),
-        ("after it", 900_000),
-        ("at the end", 998_999),
-    ] {
-        let w = median(from, from + 999);
-        println!(
-            "1,000-step window {label}: {w:.2} ms (whole run: {whole:.1} ms, ratio {:.3})",
-            w / whole
-        );
-    }
+    id
+}
+
+/// The median of 20 range queries of `m3` over `from..=to` (budget 4,000), in ms.
+fn median_ms(hub: &Hub, id: &str, (from, to): (i64, i64)) -> f64 {
+    let mut ms: Vec<f64> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let v = hub.json(&format!(
+                "/api/runs/{id}/series?metric=m3&from={from}&to={to}&budget=4000"
+            ));
+            assert!(v["total_points"].as_u64().unwrap() > 0);
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[10]
 }
 
 /// A zoom window over the viewer socket (the page's one way in) answers what the series

@@ -53,6 +53,14 @@ pub(super) trait Dialect: Send + Sync + 'static {
     fn config(conn: &mut Self::Conn, key: RunKey) -> Result<Option<String>>;
 }
 
+/// Which of a run's batches a scan reads.
+enum Which {
+    /// `after < seq <= through`.
+    Seqs(u64, u64),
+    /// Those that may hold a step in the range, with `seq <= through`.
+    Steps((i64, i64), u64),
+}
+
 /// An engine's read side; cheap to clone.
 pub(super) struct Reads<D: Dialect> {
     dialect: Arc<D>,
@@ -131,14 +139,30 @@ impl<D: Dialect> Reads<D> {
         key: RunKey,
         after_seq: u64,
         through_seq: u64,
+        state: S,
+        f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.records(key, Which::Seqs(after_seq, through_seq), state, f)
+            .await
+    }
+
+    /// The records of the batches `which` names, decoded, for `f`.
+    async fn records<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        which: Which,
         mut state: S,
         mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         self.read(move |c| {
             let mut batches = Batches::new(key);
-            D::batches(c, key, after_seq, through_seq, &mut |seq, blob| {
-                batches.visit(seq, blob, &mut state, &mut f)
-            })?;
+            let mut visit = |seq, blob: &[u8]| batches.visit(seq, blob, &mut state, &mut f);
+            match which {
+                Which::Seqs(after, through) => D::batches(c, key, after, through, &mut visit)?,
+                Which::Steps(steps, through) => {
+                    D::batches_in_steps(c, key, steps, through, &mut visit)?
+                }
+            }
             Ok(state)
         })
         .await
@@ -172,17 +196,11 @@ impl<D: Dialect> Reads<D> {
         key: RunKey,
         steps: (i64, i64),
         through_seq: u64,
-        mut state: S,
-        mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
+        state: S,
+        f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
-        self.read(move |c| {
-            let mut batches = Batches::new(key);
-            D::batches_in_steps(c, key, steps, through_seq, &mut |seq, blob| {
-                batches.visit(seq, blob, &mut state, &mut f)
-            })?;
-            Ok(state)
-        })
-        .await
+        self.records(key, Which::Steps(steps, through_seq), state, f)
+            .await
     }
 
     pub(super) async fn config(&self, key: RunKey) -> Result<Option<String>> {
