@@ -8,11 +8,21 @@
 //! sender builds its records from that list. The sender sleeps only when records come slowly
 //! (see `sender::POLL`); then the first record after it parked wakes it.
 
-use crate::Command;
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use stepstream_protocol::{FinishStatus, MetricDef};
 use stepstream_protocol::{MetricId, StepRecord};
+use tokio::sync::oneshot;
 use tokio::sync::Notify;
+
+/// What `log`, `flush` and `finish` leave for the sender thread.
+pub(crate) enum Command {
+    Define(MetricDef),
+    /// A record, and whether the archive CSV gets it (system samples do not).
+    Record(StepRecord, bool),
+    Flush,
+    Finish(FinishStatus, oneshot::Sender<bool>),
+}
 
 pub(crate) struct Queue {
     inner: Mutex<Inner>,

@@ -37,7 +37,7 @@ thread_local! {
 /// `http(s)://hub` for the page's `?hub=` (a ws:// or http:// address), else the page's own
 /// origin (an empty prefix).
 pub fn api_base() -> String {
-    match crate::query_param("hub") {
+    match crate::page::query_param("hub") {
         Some(h) => h
             .trim_end_matches('/')
             .replacen("ws://", "http://", 1)
@@ -49,7 +49,7 @@ pub fn api_base() -> String {
 /// An API path with the page's read token, if it has one.
 pub fn api_url(path_and_query: &str) -> String {
     let mut url = format!("{}{path_and_query}", api_base());
-    if let Some(t) = crate::page_token() {
+    if let Some(t) = crate::page::page_token() {
         url.push(if url.contains('?') { '&' } else { '?' });
         url.push_str("token=");
         url.push_str(&String::from(js_sys::encode_uri_component(&t)));

@@ -3,13 +3,13 @@
 //! stream of points never makes a long frame; then the crosshair overlays. While zoomed, it
 //! asks the hub for the raw points of the window (`fetch`).
 
-use crate::chart::{self, theme, Geometry};
-use crate::client::Client;
 use crate::lines::{self, Scene};
 use crate::state::{self, ChartOpts, Ctx, STORE};
 use leptos::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use stepstream_chart::client::Client;
+use stepstream_chart::{self as chart, theme, Geometry};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -348,7 +348,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
     STORE.with(|store| {
         let store = store.borrow();
         for l in lines::gather(&scene, &store, spec) {
-            let Some(i) = crate::data::Series::nearest(&l.xs, h.x) else {
+            let Some(i) = stepstream_chart::data::Series::nearest(&l.xs, h.x) else {
                 continue;
             };
             let v = if scene.smoothing > 0.0 {
@@ -381,7 +381,7 @@ fn record_latency(store: &Client) {
             a
         }
     };
-    let now = crate::now_ms() / 1000.0;
+    let now = crate::page::now_ms() / 1000.0;
     MEASURED.with(|m| {
         let mut m = m.borrow_mut();
         for (id, d) in &store.runs {

@@ -2,11 +2,11 @@
 //! with Shift or the middle button to pan, double-click to follow the live edge again, and
 //! hover for the crosshair that every chart shows at the same x.
 
-use crate::data::Series;
 use crate::frame::{self, geometry};
 use crate::pointer::{Drag, DRAG};
 use crate::state::{mark_dirty, Ctx, Hover, STORE};
 use leptos::prelude::*;
+use stepstream_chart::data::Series;
 
 fn offset_x(ev: &web_sys::MouseEvent) -> f64 {
     ev.offset_x() as f64
@@ -20,7 +20,7 @@ fn current_window(ctx: &Ctx, chart: &str) -> Option<(f64, f64)> {
 
 fn set_window(ctx: &Ctx, (a, b): (f64, f64)) {
     // Steps are whole: no window narrower than a few steps.
-    let min = if ctx.axis.get_untracked() == crate::chart::scale::Axis::Step {
+    let min = if ctx.axis.get_untracked() == stepstream_chart::scale::Axis::Step {
         4.0
     } else {
         1.0
@@ -117,12 +117,12 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
             for l in crate::lines::gather(&scene, &store, spec) {
                 let i = Series::nearest(&l.xs, x)?;
                 head.get_or_insert((l.steps[i], l.times[i]));
-                let raw = crate::chart::scale::value(l.values[i]);
+                let raw = stepstream_chart::scale::value(l.values[i]);
                 rows.push(if scene.smoothing > 0.0 {
                     format!(
                         "{}: {} (raw {raw})",
                         l.label,
-                        crate::chart::scale::value(l.smoothed[i])
+                        stepstream_chart::scale::value(l.smoothed[i])
                     )
                 } else {
                     format!("{}: {raw}", l.label)
@@ -131,7 +131,7 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
             let (step, time) = head?;
             Some(format!(
                 "step {step} · {} · {}\n{}",
-                crate::chart::scale::clock(time),
+                stepstream_chart::scale::clock(time),
                 spec.key,
                 rows.join("\n")
             ))

@@ -3,15 +3,15 @@
 //! with the raw points of the zoom window (fetched from the hub) in place of the compacted
 //! ones, and smoothed.
 
-use crate::chart::scale::Axis;
-use crate::chart::theme::color_of;
-use crate::client::Client;
-use crate::data::{smooth, Series};
 use crate::fetch;
 use crate::groups::ChartSpec;
 use plotters::style::RGBColor;
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
+use stepstream_chart::client::Client;
+use stepstream_chart::data::{smooth, Series};
+use stepstream_chart::scale::Axis;
+use stepstream_chart::theme::color_of;
 use stepstream_protocol::RunId;
 
 /// What a frame needs to know of the page, read once per frame.

@@ -1,8 +1,8 @@
 //! The page's one viewer socket, for whoever sends on it (the state's subscriptions, the
 //! zoom windows): it is opened by the app, kept here.
 
-use crate::ws;
 use std::cell::RefCell;
+use stepstream_chart::ws;
 use stepstream_protocol::FromViewer;
 
 thread_local! {

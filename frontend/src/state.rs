@@ -3,16 +3,16 @@
 //! widget uses too, `chart::client`), outside the reactive system. Hub messages go through
 //! the client; what it says changed is shown here, points only by marking the page dirty.
 
-use crate::chart::scale::Axis;
-use crate::client::{Change, Client};
 use crate::groups::{ChartSpec, Group};
 use crate::i18n::Lang;
-use crate::now_ms;
+use crate::page::now_ms;
 use crate::view::{ThemePref, View};
 use leptos::prelude::*;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use stepstream_chart::client::{Change, Client};
+use stepstream_chart::scale::Axis;
 use stepstream_protocol::{FromViewer, RunId, RunStatus, RunSummary, ToViewer};
 
 thread_local! {
@@ -123,7 +123,7 @@ pub struct Ctx {
 impl Ctx {
     /// The state for the page's address (its view) and nothing else yet.
     pub fn from_location() -> Ctx {
-        let view = View::from_query(&crate::location_search());
+        let view = View::from_query(&crate::page::location_search());
         INITIAL_RUNS.with(|i| *i.borrow_mut() = Some(view.runs.clone()));
         // Opening the page's own view replaces its history entry rather than adding one.
         LAST_PUBLISH.with(|l| l.set(now_ms()));
@@ -188,7 +188,7 @@ impl Ctx {
 
     /// Sets the view from the address bar (the back and forward buttons).
     pub fn restore_view(&self) {
-        let view = View::from_query(&crate::location_search());
+        let view = View::from_query(&crate::page::location_search());
         RESTORING.with(|r| r.set(true));
         self.window.set(view.window);
         self.set_smoothing(view.smoothing);

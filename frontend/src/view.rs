@@ -6,8 +6,8 @@
 //! (`hub`, `stale`, `run`) are kept as they are. `token` never: the page takes it out of the
 //! address bar as it opens (`page_token`), so no link it writes carries it.
 
-use crate::chart::scale::Axis;
 use crate::i18n::Lang;
+use stepstream_chart::scale::Axis;
 use stepstream_protocol::RunId;
 use wasm_bindgen::JsValue;
 

@@ -14,8 +14,10 @@ mod batching;
 mod conversation;
 
 use crate::ids::MetricTable;
+use crate::options::Options;
+use crate::queue::Command;
 use crate::queue::Queue;
-use crate::{Command, Options, Stats};
+use crate::stats::Stats;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -112,7 +114,7 @@ impl Sender {
             building_bytes: 0,
             building_due: None,
             flushing: false,
-            writer: crate::random_u64(),
+            writer: crate::random::u64(),
             queue,
             arrivals: Default::default(),
             inbox: VecDeque::new(),

@@ -2,12 +2,12 @@
 //! groups (training, speed, system, other; collapsible), and each chart's card with its own
 //! switches (log scale, ignore outliers, enlarge, PNG) over a canvas and a crosshair overlay.
 
-use crate::chart::scale::Axis;
 use crate::groups::{ChartSpec, Group};
 use crate::i18n::{t, Lang, Text};
 use crate::interact;
 use crate::state::{mark_dirty, ChartOpts, Ctx};
 use leptos::prelude::*;
+use stepstream_chart::scale::Axis;
 use wasm_bindgen::JsCast;
 
 fn group_name(lang: Lang, g: Group) -> &'static str {

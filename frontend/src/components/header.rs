@@ -1,11 +1,11 @@
 //! The header (connection, theme, language), the stale banner, the legend of the watched
 //! runs and their alerts.
 
-use crate::chart::theme::{color_of, css};
 use crate::i18n::{self, t, Text};
 use crate::state::{Ctx, STORE};
 use crate::view::remember_theme;
 use leptos::prelude::*;
+use stepstream_chart::theme::{color_of, css};
 
 #[component]
 pub fn Header(ctx: Ctx) -> impl IntoView {
@@ -46,7 +46,7 @@ pub fn StaleBanner(ctx: Ctx) -> impl IntoView {
             <div class="banner" data-testid="stale-banner"
                 data-runs=move || stale.with(|s| s.iter().map(|(r, _, _)| r.run_id.to_string()).collect::<Vec<_>>().join(","))>
                 {move || stale.get().into_iter().map(|(r, quiet, last)| {
-                    view! { <p>{i18n::stale(ctx.lang.get(), &r.name, quiet, &crate::chart::scale::clock(last / 1000.0))}</p> }
+                    view! { <p>{i18n::stale(ctx.lang.get(), &r.name, quiet, &stepstream_chart::scale::clock(last / 1000.0))}</p> }
                 }).collect_view()}
             </div>
         </Show>

@@ -3,14 +3,14 @@
 //! embeddable widget's snippet), and
 //! for several selected runs a config table with the keys that differ highlighted.
 
-use crate::chart::scale::{clock, duration};
-use crate::chart::theme::{color_of, css};
 use crate::config::flatten;
 use crate::fetch::api_url;
 use crate::i18n::{self, t, Text};
 use crate::state::{Ctx, STORE};
 use leptos::prelude::*;
 use std::collections::BTreeSet;
+use stepstream_chart::scale::{clock, duration};
+use stepstream_chart::theme::{color_of, css};
 
 /// The widget's snippet for a run (its loss, else its first metric) and its iframe URL, on
 /// the hub this page talks to. The page's own token is never put in: it may read everything.

@@ -2,12 +2,12 @@
 //! sorting by any column, grouping by project, and the ranks of one distributed job shown
 //! as one row that expands. Each run's colour is its own, here as on the charts.
 
-use crate::chart::scale::value;
-use crate::chart::theme::{color_of, css};
 use crate::i18n::{self, t, Text};
 use crate::state::{Column, Ctx};
 use leptos::prelude::*;
 use std::cmp::Ordering;
+use stepstream_chart::scale::value;
+use stepstream_chart::theme::{color_of, css};
 use stepstream_protocol::{RunId, RunStatus, RunSummary};
 
 /// A line of the list.
