@@ -110,3 +110,19 @@ fn only_the_engine_files_name_the_database_crates() {
     }
     assert!(found.is_empty(), "{found:?}");
 }
+
+/// The README keeps the two commands a newcomer needs (it was once emptied by accident, and
+/// nothing noticed).
+#[test]
+fn readme_names_the_two_commands() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for command in ["./scripts/run", "./scripts/test"] {
+        assert!(
+            readme.contains(&format!("```sh\n{command}\n```")),
+            "README.md lost `{command}`"
+        );
+        assert!(root.join(command).exists(), "{command} is gone");
+    }
+    assert!(readme.lines().count() > 50, "README.md is nearly empty");
+}
