@@ -639,6 +639,7 @@ fn a_forged_peer_batch_neither_shows_points_nor_moves_a_resuming_collectors_posi
     c.send(ToHub::Batch(Batch {
         seq: 1,
         records: vec![record(0, 1.0)],
+        items: Vec::new(),
     }));
     assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
     let id = RunId::new("forged-run").unwrap();
@@ -819,6 +820,7 @@ fn a_hub_whose_clock_runs_ahead_does_not_take_a_live_writers_run() {
             wall_time: unix_now(),
             values: vec![(MetricId(0), 1.0)],
         }],
+        items: Vec::new(),
     }));
     assert!(matches!(writer.recv(), Some(FromHub::Ack(_))));
 }

@@ -649,6 +649,7 @@ fn batches_in_flight_are_stored_in_order_and_nothing_after_a_refused_one() {
                 wall_time: now,
                 values: vec![(MetricId(metric), seq as f64)],
             }],
+            items: Vec::new(),
         })
     };
     let connect = |last: u64| {
@@ -891,7 +892,11 @@ fn one_wide_batch_reaches_a_viewer_in_chunks_of_at_most_25000_points() {
             values: vec![(MetricId(0), s as f64)],
         })
         .collect();
-    c.send(ToHub::Batch(Batch { seq: 1, records }));
+    c.send(ToHub::Batch(Batch {
+        seq: 1,
+        records,
+        items: Vec::new(),
+    }));
     assert!(matches!(c.recv(), Some(FromHub::Ack(_))));
     let id = RunId::new("wide-batch").unwrap();
     let mut v = Viewer::connect(&hub);
@@ -937,6 +942,7 @@ fn fill_runs(hub: &Hub, prefix: &str, runs: usize, within: Duration) {
                 wall_time: 1_764_700_000.0,
                 values: metrics.iter().map(|m| (m.id, 1.0)).collect(),
             }],
+            items: Vec::new(),
         }));
     }
     wait_for("every run stored", within, || {

@@ -298,7 +298,11 @@ fn a_slow_viewer_is_resynchronised_and_still_gets_everything_once() {
                 }
             })
             .collect();
-        c.send(ToHub::Batch(Batch { seq, records }));
+        c.send(ToHub::Batch(Batch {
+            seq,
+            records,
+            items: Vec::new(),
+        }));
     }
     let mut acked = 0;
     while acked < batches {
@@ -404,12 +408,14 @@ fn bad_frames_get_clear_errors_and_lose_nothing_accepted() {
     c.send(ToHub::Batch(Batch {
         seq: 1,
         records: vec![rec(1)],
+        items: Vec::new(),
     }));
     assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
     // A resend of an acknowledged batch is acknowledged and ignored.
     c.send(ToHub::Batch(Batch {
         seq: 1,
         records: vec![rec(1)],
+        items: Vec::new(),
     }));
     assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
     // Garbage: a clear fatal error.
@@ -444,6 +450,7 @@ fn bad_frames_get_clear_errors_and_lose_nothing_accepted() {
     c.send(ToHub::Batch(Batch {
         seq: 5,
         records: vec![rec(5)],
+        items: Vec::new(),
     }));
     let Some(FromHub::HubError(e)) = c.recv() else {
         panic!()
@@ -460,6 +467,7 @@ fn bad_frames_get_clear_errors_and_lose_nothing_accepted() {
     c.send(ToHub::Batch(Batch {
         seq: 2,
         records: vec![stray],
+        items: Vec::new(),
     }));
     let Some(FromHub::HubError(e)) = c.recv() else {
         panic!()

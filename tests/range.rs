@@ -155,6 +155,7 @@ pub fn batches_that_go_backwards_are_found(hub: &Hub) {
         c.send(ToHub::Batch(Batch {
             seq: i as u64 + 1,
             records,
+            items: Vec::new(),
         }));
     }
     let mut acked = 0;

@@ -163,7 +163,11 @@ fn before_a_hello_is_accepted_only_a_small_frame_is_read() {
             values: vec![(MetricId(0), 1.0)],
         })
         .collect();
-    c.send(ToHub::Batch(Batch { seq: 1, records }));
+    c.send(ToHub::Batch(Batch {
+        seq: 1,
+        records,
+        items: Vec::new(),
+    }));
     assert!(matches!(
         c.recv(),
         Some(FromHub::Ack(Ack { through_seq: 1 }))

@@ -2,6 +2,7 @@
 //!
 //! * `bench_web` — browser benchmarks (ignored; numbers printed).
 //! * `cluster` — three hubs on PostgreSQL and NATS behind nginx: one dies, nothing is lost.
+//! * `console` — console lines and samples: stored, capped, searched, resent, refused.
 //! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
 //! * `docs` — ARCHITECTURE.md names only paths that exist.
@@ -22,6 +23,7 @@ mod bench_web;
 mod browser;
 mod charts;
 mod cluster;
+mod console;
 mod demo;
 mod docs;
 mod embed;

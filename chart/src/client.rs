@@ -386,6 +386,7 @@ mod tests {
                 wall_time: 0.0,
                 values: vec![(MetricId(0), 1.0)],
             }],
+            items: Vec::new(),
         })
     }
 

@@ -65,6 +65,11 @@ impl MetricTable {
     }
 
     /// Values per record the connected hub takes.
+    /// The limits of the hub last met (the defaults before any).
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     pub fn record_values(&self) -> u32 {
         self.limits.record_values
     }

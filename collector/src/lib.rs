@@ -17,6 +17,7 @@
 //! stored, so every record arrives exactly once.
 
 pub mod archive;
+pub mod console;
 mod ids;
 mod options;
 mod queue;
@@ -93,6 +94,12 @@ pub struct Report {
     pub lost: u64,
     /// Values the hub acknowledged (stored), per metric name ([`Collector::stored_values`]).
     pub stored: Vec<(String, u64)>,
+    /// Console lines and samples the hub acknowledged (stored).
+    pub items_acked: u64,
+    /// Console lines and samples dropped because the queue was full.
+    pub items_dropped: u64,
+    /// Console lines and samples the hub's limits refuse (too big, a ragged table...).
+    pub items_refused: u64,
 }
 
 /// A run being streamed. `log` from any thread; `finish` once.
@@ -104,7 +111,8 @@ pub struct Collector {
     stats: Arc<Stats>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     finish_timeout: Duration,
-    last_step: std::sync::atomic::AtomicI64,
+    /// The step `log` last saw: where system samples and console lines are placed.
+    last_step: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
@@ -242,7 +250,7 @@ impl Collector {
             stats,
             thread: Mutex::new(Some(thread)),
             finish_timeout: Duration::from_secs(30),
-            last_step: std::sync::atomic::AtomicI64::new(-1),
+            last_step: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
         })
     }
 
@@ -348,6 +356,48 @@ impl Collector {
         }
     }
 
+    /// Records a console line or a sample (text, table) at `step`; `false` when it was
+    /// dropped (a full queue: counted in [`Report::items_dropped`]). Its content is checked
+    /// against the hub's limits before it is sent; one they refuse is counted in
+    /// [`Report::items_refused`] and named in [`Collector::last_error`], and nothing else
+    /// is held back.
+    pub fn log_item_at(
+        &self,
+        step: i64,
+        wall_time: f64,
+        key: &str,
+        body: stepstream_protocol::ItemBody,
+    ) -> bool {
+        let item = stepstream_protocol::Item {
+            step,
+            wall_time,
+            key: key.to_string(),
+            body,
+        };
+        let queued = self.queue.push(Command::Item(item)).is_ok();
+        if !queued {
+            self.stats.items_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        queued
+    }
+
+    /// [`Collector::log_item_at`] at the last logged step, now.
+    pub fn log_item(&self, key: &str, body: stepstream_protocol::ItemBody) -> bool {
+        let step = self.last_step.load(Ordering::Relaxed).max(0);
+        self.log_item_at(step, unix_now(), key, body)
+    }
+
+    /// Captures this process's stdout and stderr (file descriptors 1 and 2) as the run's
+    /// console until the capture is stopped or dropped: see [`console`]. Stop it before
+    /// [`Collector::finish`], so the last lines go with the run.
+    pub fn capture_console(&self) -> std::io::Result<console::Capture> {
+        console::Capture::start(console::Sink {
+            queue: self.queue.clone(),
+            last_step: self.last_step.clone(),
+            stats: self.stats.clone(),
+        })
+    }
+
     /// Asks the sender to send what it holds now rather than with the next batch.
     pub fn flush(&self) {
         let _ = self.queue.push(Command::Flush);
@@ -418,6 +468,9 @@ impl Collector {
             refused: self.stats.refused.load(Ordering::Relaxed),
             lost: self.stats.lost.load(Ordering::Relaxed),
             stored: self.stored_values(),
+            items_acked: self.stats.items_acked.load(Ordering::Relaxed),
+            items_dropped: self.stats.items_dropped.load(Ordering::Relaxed),
+            items_refused: self.stats.items_refused.load(Ordering::Relaxed),
         }
     }
 

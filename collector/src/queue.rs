@@ -20,6 +20,8 @@ pub(crate) enum Command {
     Define(MetricDef),
     /// A record, and whether the archive CSV gets it (system samples do not).
     Record(StepRecord, bool),
+    /// A console line or a sample.
+    Item(stepstream_protocol::Item),
     Flush,
     Finish(FinishStatus, oneshot::Sender<bool>),
 }

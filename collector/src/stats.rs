@@ -10,6 +10,12 @@ pub(crate) struct Stats {
     pub acked: AtomicU64,
     pub unacked: AtomicU64,
     pub refused: AtomicU64,
+    /// Console lines and samples dropped because the queue was full.
+    pub items_dropped: AtomicU64,
+    /// Console lines and samples refused by the hub's limits (checked before sending).
+    pub items_refused: AtomicU64,
+    /// Console lines and samples the hub acknowledged (stored).
+    pub items_acked: AtomicU64,
     pub lost: AtomicU64,
     pub connected: AtomicBool,
     pub reconnects: AtomicU64,

@@ -82,6 +82,8 @@ fn new_hub() -> (Arc<Hub>, tempfile::TempDir) {
             name_bytes: 16,
             config_bytes: 256,
             batch_records: 32,
+            batch_items: Limits::default().batch_items,
+            item_bytes: Limits::default().item_bytes,
         },
         runs: 1000,
         runs_per_project: 1000,
@@ -190,6 +192,7 @@ async fn converse(hub: &Arc<Hub>, run_id: &str, data: &[u8]) {
                 let batch = Batch {
                     seq,
                     records: records.clone(),
+                    items: Vec::new(),
                 };
                 if let Ok(Appended::Stored) = hub.append(r, batch).await {
                     // Acknowledged: it must read back exactly.

@@ -34,8 +34,10 @@
 pub mod codec;
 pub mod csv;
 pub mod decimate;
+pub mod items;
 pub mod limits;
 
+pub use items::{Cell, Item, ItemBody, ItemKind, Stream};
 pub use limits::Limits;
 
 pub use codec::DecodeError;
@@ -165,6 +167,8 @@ pub struct Batch {
     /// Per-run sequence number: 1 for the first batch, then +1 with no gaps.
     pub seq: u64,
     pub records: Vec<StepRecord>,
+    /// Console lines and samples logged with these records (see [`items`]), in order.
+    pub items: Vec<Item>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -412,6 +416,9 @@ pub struct Live {
     pub run_id: RunId,
     pub seq: u64,
     pub records: Vec<StepRecord>,
+    /// The batch's console lines and text samples (tables too); empty for a viewer that
+    /// subscribed to some metrics only.
+    pub items: Vec<Item>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

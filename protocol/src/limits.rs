@@ -27,6 +27,10 @@ pub struct Limits {
     pub config_bytes: u32,
     /// Records in one batch.
     pub batch_records: u32,
+    /// Bytes of one console line or sample (its text, or a table's cells).
+    pub item_bytes: u32,
+    /// Console lines and samples in one batch.
+    pub batch_items: u32,
 }
 
 impl Default for Limits {
@@ -37,6 +41,8 @@ impl Default for Limits {
             name_bytes: 512,
             config_bytes: 128 * 1024,
             batch_records: 100_000,
+            item_bytes: 1 << 20,
+            batch_items: 100_000,
         }
     }
 }
@@ -48,6 +54,11 @@ impl Limits {
         self.run_metrics = self.run_metrics.max(1);
         self.name_bytes = self.name_bytes.max(1);
         self.batch_records = self.batch_records.max(1);
+        // An item must fit a frame beside its batch's envelope.
+        self.item_bytes = self
+            .item_bytes
+            .clamp(1, (crate::codec::MAX_FRAME_LEN / 2) as u32);
+        self.batch_items = self.batch_items.max(1);
         self
     }
 

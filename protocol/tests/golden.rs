@@ -20,6 +20,36 @@ fn record(step: i64) -> StepRecord {
     }
 }
 
+/// A console line, a text sample and a table: one of each item body.
+fn items(step: i64) -> Vec<Item> {
+    vec![
+        Item {
+            step,
+            wall_time: 1_764_700_000.5,
+            key: String::new(),
+            body: ItemBody::Line {
+                stream: Stream::Stderr,
+                text: "[WARNING] loss scale 65536 -> 32768".into(),
+            },
+        },
+        Item {
+            step,
+            wall_time: 1_764_700_000.75,
+            key: "generation".into(),
+            body: ItemBody::Text("The cat sat".into()),
+        },
+        Item {
+            step,
+            wall_time: 1_764_700_001.0,
+            key: "samples".into(),
+            body: ItemBody::Table {
+                columns: vec!["prompt".into(), "reward".into()],
+                rows: vec![vec![Cell::Text("2+2=".into()), Cell::Number(0.5)]],
+            },
+        },
+    ]
+}
+
 fn summary() -> RunSummary {
     RunSummary {
         run_id: run_id(),
@@ -91,6 +121,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             ToHub::Batch(Batch {
                 seq: 7,
                 records: vec![record(1), record(2)],
+                items: items(2),
             })
             .encode(),
         ),
@@ -238,6 +269,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 run_id: run_id(),
                 seq: 7,
                 records: vec![record(101)],
+                items: items(101),
             })
             .encode(),
         ),
@@ -383,6 +415,7 @@ fn a_borrowed_batch_encodes_as_the_message_does() {
     let b = Batch {
         seq: 9,
         records: vec![record(1), record(2)],
+        items: items(2),
     };
     assert_eq!(b.encode(), ToHub::Batch(b.clone()).encode());
 }
@@ -417,6 +450,7 @@ fn bad_frames_are_errors_not_panics() {
     let good = ToHub::Batch(Batch {
         seq: 1,
         records: vec![record(1)],
+        items: Vec::new(),
     })
     .encode();
 
@@ -482,6 +516,7 @@ fn non_finite_values_survive_the_wire() {
     let frame = ToHub::Batch(Batch {
         seq: 1,
         records: vec![record(3)],
+        items: Vec::new(),
     })
     .encode();
     let ToHub::Batch(batch) = ToHub::decode(&frame).unwrap() else {

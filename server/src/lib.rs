@@ -71,6 +71,8 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
         .route("/api/runs/{id}/config.json", get(api::export_config))
         .route("/api/runs/{id}/alerts", get(api::alerts))
+        .route("/api/runs/{id}/console", get(api::items::console))
+        .route("/api/runs/{id}/samples", get(api::items::samples))
         .route("/ws/viewer", get(viewer::viewer_socket))
         .route("/metrics", get(prometheus::metrics))
         .route_layer(axum::middleware::from_fn_with_state(

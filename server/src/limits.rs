@@ -30,6 +30,8 @@ pub struct HubLimits {
     pub viewer_budget: u32,
     /// How long a connection may take nothing the hub writes before it is closed.
     pub write_stall: std::time::Duration,
+    /// Console lines one run keeps; beyond, the oldest are dropped (and counted).
+    pub console_lines: u64,
 }
 
 impl Default for HubLimits {
@@ -44,6 +46,7 @@ impl Default for HubLimits {
             connections: 16_384,
             viewer_budget: 1_000_000,
             write_stall: std::time::Duration::from_secs(30),
+            console_lines: 100_000,
         }
     }
 }
@@ -58,6 +61,15 @@ pub const NAMES: &[(&str, &str)] = &[
     ),
     ("config_bytes", "bytes of a run's config JSON"),
     ("batch_records", "records in one batch"),
+    (
+        "item_bytes",
+        "bytes of one console line or sample (a text, a table's cells)",
+    ),
+    ("batch_items", "console lines and samples in one batch"),
+    (
+        "console_lines",
+        "console lines one run keeps (the oldest beyond are dropped, and counted)",
+    ),
     ("runs", "runs the hub keeps"),
     ("runs_per_project", "runs one project may have"),
     ("connections_per_addr", "open WebSockets from one address"),
@@ -109,6 +121,9 @@ impl HubLimits {
             "name_bytes" => self.wire.name_bytes = small(value)?,
             "config_bytes" => self.wire.config_bytes = small(value)?,
             "batch_records" => self.wire.batch_records = small(value)?,
+            "item_bytes" => self.wire.item_bytes = small(value)?,
+            "batch_items" => self.wire.batch_items = small(value)?,
+            "console_lines" => self.console_lines = value,
             "runs" => self.runs = value as usize,
             "runs_per_project" => self.runs_per_project = value as usize,
             "connections_per_addr" => self.connections_per_addr = value as usize,

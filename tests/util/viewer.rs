@@ -19,6 +19,8 @@ pub struct Seen {
     pub resyncs: u64,
     pub status: Option<RunStatus>,
     pub through_seq: u64,
+    /// Console lines and samples that came in live batches, in order.
+    pub items: Vec<Item>,
 }
 
 impl Seen {
@@ -223,6 +225,7 @@ impl Viewer {
                 );
                 seen.through_seq = l.seq;
                 seen.live_batches += 1;
+                seen.items.extend(l.items.iter().cloned());
                 for r in &l.records {
                     for &(id, v) in &r.values {
                         seen.add(id, r.step, v);

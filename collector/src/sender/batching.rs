@@ -22,13 +22,8 @@ impl Sender {
                 if archive {
                     self.archive_row(&r);
                 }
-                self.building_bytes += limits::record_bytes(r.values.len());
-                let linger = self.options.linger;
-                self.building_due
-                    .get_or_insert_with(|| linger_until(linger));
+                self.hold(limits::record_bytes(r.values.len()));
                 self.building.push(r);
-                self.buffered += 1;
-                self.in_memory += 1;
                 let batch = self.options.max_batch.max(1);
                 let over = self.in_memory > self.options.memory_records;
                 if self.building.len() >= batch
@@ -38,8 +33,25 @@ impl Sender {
                     self.seal();
                 }
             }
+            Some(Command::Item(item)) => {
+                // Checked against the limits of the hub last met (the defaults before), so
+                // one bad item never has its whole batch refused.
+                if let Err(why) = item.check(&self.metrics.limits()) {
+                    self.stats.items_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("stepstream: {why}; the item is not sent");
+                    self.note_error(why);
+                } else {
+                    self.hold(item.wire_bytes());
+                    self.building_items.push(item);
+                    if self.building_items.len() >= MAX_BATCH_ITEMS
+                        || self.building_bytes >= limits::BATCH_BYTES
+                    {
+                        self.seal();
+                    }
+                }
+            }
             // Whatever is held goes with the next send, not after its linger.
-            Some(Command::Flush) => self.flushing = !self.building.is_empty(),
+            Some(Command::Flush) => self.flushing = self.holds_unsealed(),
             Some(Command::Finish(status, reply)) => {
                 self.flush_archive();
                 self.finish = Some((status, Some(reply)));
@@ -54,6 +66,21 @@ impl Sender {
         self.stats
             .unacked
             .store(self.buffered as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one more record or item into `building`, due at the linger's tick.
+    fn hold(&mut self, bytes: usize) {
+        self.building_bytes += bytes;
+        let linger = self.options.linger;
+        self.building_due
+            .get_or_insert_with(|| linger_until(linger));
+        self.buffered += 1;
+        self.in_memory += 1;
+    }
+
+    /// Records or items wait to be sealed.
+    pub(super) fn holds_unsealed(&self) -> bool {
+        !self.building.is_empty() || !self.building_items.is_empty()
     }
 
     pub(super) fn archive_row(&mut self, r: &StepRecord) {
@@ -110,7 +137,7 @@ impl Sender {
     /// spooled to disk after (in order: once anything is spooled, later batches follow it
     /// there until it drains, so `pending` only ever holds batches older than the spool's).
     pub(super) fn seal(&mut self) {
-        while !self.building.is_empty() {
+        while self.holds_unsealed() {
             let most = self.options.max_batch.max(1).min(self.building.len());
             let mut n = 0;
             let mut bytes = 0;
@@ -121,14 +148,28 @@ impl Sender {
                 }
                 n += 1;
             }
+            // Items fill what the records left of the batch (at least one, however big: an
+            // item is within `item_bytes`, far below a frame).
+            let mut k = 0;
+            let most_items = MAX_BATCH_ITEMS.min(self.building_items.len());
+            while k < most_items {
+                bytes += self.building_items[k].wire_bytes();
+                if n + k > 0 && bytes > limits::BATCH_BYTES {
+                    break;
+                }
+                k += 1;
+            }
             let records: Vec<StepRecord> = self.building.drain(..n).collect();
-            self.building_bytes = self
-                .building_bytes
-                .saturating_sub(limits::records_bytes(&records));
+            let items: Vec<stepstream_protocol::Item> = self.building_items.drain(..k).collect();
+            self.building_bytes = self.building_bytes.saturating_sub(
+                limits::records_bytes(&records) + stepstream_protocol::items::items_bytes(&items),
+            );
             let batch = Batch {
                 seq: self.next_seq,
                 records,
+                items,
             };
+            let n = n + k;
             self.next_seq += 1;
             let spooling = self.spool.as_ref().is_some_and(|s| !s.is_empty())
                 || self.in_memory > self.options.memory_records;
@@ -149,7 +190,7 @@ impl Sender {
                 }
             }
         }
-        if self.building.is_empty() {
+        if !self.holds_unsealed() {
             self.building_bytes = 0;
             self.building_due = None;
         }
@@ -185,7 +226,7 @@ impl Sender {
         while let Some(spool) = self.spool.as_mut() {
             match spool.pop() {
                 Ok(Some(b)) => {
-                    self.in_memory += b.records.len();
+                    self.in_memory += weight(&b);
                     self.pending.push_back(b);
                 }
                 Ok(None) => {
@@ -251,7 +292,7 @@ impl Sender {
             };
             match spool.pop() {
                 Ok(Some(b)) => {
-                    self.in_memory += b.records.len();
+                    self.in_memory += weight(&b);
                     self.pending.push_back(b);
                 }
                 Ok(None) => return,
@@ -282,11 +323,14 @@ impl Sender {
                     stored[i] += 1;
                 }
             }
-            self.buffered -= b.records.len();
-            self.in_memory -= b.records.len();
+            self.buffered -= weight(&b);
+            self.in_memory -= weight(&b);
             self.stats
                 .acked
                 .fetch_add(b.records.len() as u64, Ordering::Relaxed);
+            self.stats
+                .items_acked
+                .fetch_add(b.items.len() as u64, Ordering::Relaxed);
         }
         drop(stored);
         self.refill();

@@ -60,7 +60,11 @@ impl Sender {
     /// record carries more values than the hub takes.
     fn numbered_as_the_hub(&self, b: &Batch) -> bool {
         let most = self.metrics.record_values() as usize;
-        self.metrics.numbered_as_the_hub() && b.records.iter().all(|r| r.values.len() <= most)
+        let limits = self.metrics.limits();
+        self.metrics.numbered_as_the_hub()
+            && b.records.iter().all(|r| r.values.len() <= most)
+            && b.items.len() <= limits.batch_items as usize
+            && b.items.iter().all(|i| i.check(&limits).is_ok())
     }
 
     fn wire(&self, b: &Batch) -> Batch {
@@ -79,9 +83,28 @@ impl Sender {
                 .refused
                 .fetch_add(refused as u64, Ordering::Relaxed);
         }
+        // Items were checked against the limits of the hub met when they were taken; one
+        // that this hub's stricter limits refuse is counted and left out, not sent to have
+        // its whole batch refused.
+        let limits = self.metrics.limits();
+        let mut items: Vec<_> = b
+            .items
+            .iter()
+            .filter(|i| i.check(&limits).is_ok())
+            .take(limits.batch_items as usize)
+            .cloned()
+            .collect();
+        items.truncate(limits.batch_items as usize);
+        let left_out = b.items.len() - items.len();
+        if left_out > 0 {
+            self.stats
+                .items_refused
+                .fetch_add(left_out as u64, Ordering::Relaxed);
+        }
         Batch {
             seq: b.seq,
             records,
+            items,
         }
     }
 

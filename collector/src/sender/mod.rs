@@ -46,6 +46,15 @@ const POLL: Duration = Duration::from_millis(2);
 /// Records per tick from which the sender keeps ticking; below it (fewer than ~2,000
 /// records a second) it sleeps on the queue and each record wakes it.
 const BUSY_TICK: usize = 4;
+/// Console lines and samples in one batch, at most (a hub takes `batch_items`, 100,000 by
+/// default: a batch stays well within it and within a frame).
+const MAX_BATCH_ITEMS: usize = 4096;
+
+/// What a batch weighs in the sender's budgets (`buffered`, `in_memory`, the spool's index):
+/// its records and its items, one each.
+pub(crate) fn weight(b: &Batch) -> usize {
+    b.records.len() + b.items.len()
+}
 
 pub(crate) struct Sender {
     url: String,
@@ -55,7 +64,9 @@ pub(crate) struct Sender {
     /// Every metric defined so far, and the ids the connected hub knows them by.
     metrics: MetricTable,
     building: Vec<StepRecord>,
-    /// Encoded size of `building`, at most (see [`limits::record_bytes`]).
+    /// Console lines and samples waiting with `building`, sealed into the same batches.
+    building_items: Vec<stepstream_protocol::Item>,
+    /// Encoded size of `building` and `building_items`, at most (see [`limits::record_bytes`]).
     building_bytes: usize,
     /// When `building` is sealed unless it fills first: the first tick of the wall clock in
     /// multiples of `options.linger` after its oldest record arrived (see [`linger_until`]).
@@ -78,7 +89,7 @@ pub(crate) struct Sender {
     next_seq: u64,
     /// Every batch up to this one is acknowledged; what is held starts right after it.
     acked_seq: u64,
-    /// Records in `building`, `pending` and the spool.
+    /// Records and items in `building`, `pending` and the spool.
     buffered: usize,
     /// Records in `building` and `pending` (memory); above `options.memory_records` sealed
     /// batches go to the spool file instead.
@@ -111,6 +122,7 @@ impl Sender {
             stats,
             metrics: MetricTable::default(),
             building: Vec::new(),
+            building_items: Vec::new(),
             building_bytes: 0,
             building_due: None,
             flushing: false,

@@ -13,9 +13,9 @@
 
 use super::{heard_from, publish_batch, same_records, Hub, IngestError, Run, RunState};
 use crate::hub::judge::Job;
-use crate::store::{RunTail, StoreError};
+use crate::store::{RunTail, StoreError, StoredBatch};
 use std::sync::Arc;
-use stepstream_protocol::{unix_now, Batch, MetricId, RunId, StepRecord};
+use stepstream_protocol::{unix_now, Batch, Item, MetricId, RunId, StepRecord};
 use tokio::sync::oneshot;
 
 /// Batches published when checked and then not stored are taken back from the run's
@@ -39,6 +39,7 @@ pub enum Appended {
 pub struct InFlight {
     pub seq: u64,
     records: Arc<[StepRecord]>,
+    items: Arc<[Item]>,
     tail: RunTail,
     run_id: RunId,
     /// The records' encoded size, about.
@@ -95,6 +96,18 @@ impl Hub {
                 batch.records.len(),
                 limits.batch_records
             )));
+        }
+        if batch.items.len() > limits.batch_items as usize {
+            return Err(IngestError::Limit(format!(
+                "batch {} holds {} console lines and samples; the limit is {} (limit batch_items)",
+                batch.seq,
+                batch.items.len(),
+                limits.batch_items
+            )));
+        }
+        for item in &batch.items {
+            item.check(limits)
+                .map_err(|why| IngestError::Limit(format!("batch {}: {why}", batch.seq)))?;
         }
         let mut ids: Vec<MetricId> = Vec::new();
         for r in &batch.records {
@@ -168,11 +181,18 @@ impl Hub {
             return Ok(Submitted::Duplicate);
         };
         let seq = batch.seq;
-        let bytes = stepstream_protocol::limits::records_bytes(&batch.records);
+        let bytes = stepstream_protocol::limits::records_bytes(&batch.records)
+            + stepstream_protocol::items::items_bytes(&batch.items);
         let records: Arc<[StepRecord]> = batch.records.into();
+        let items: Arc<[Item]> = batch.items.into();
+        let stored = StoredBatch {
+            records: records.clone(),
+            items: items.clone(),
+            console_cap: self.limits.console_lines,
+        };
         let answer = self
             .store
-            .submit_batch(run.key, seq, records.clone(), tail.clone())
+            .submit_batch(run.key, seq, stored, tail.clone())
             .await?;
         // Alone, a hub publishes a batch once it is checked and handed to the store, so a
         // viewer does not wait for the commit: the collector holds the batch until its
@@ -181,11 +201,12 @@ impl Hub {
         let published = !self.clustered();
         if published {
             run.state_mut(|st| st.published = seq);
-            publish_batch(run, run_id.clone(), seq, &records);
+            publish_batch(run, run_id.clone(), seq, &records, &items);
         }
         Ok(Submitted::InFlight(InFlight {
             seq,
             records,
+            items,
             tail,
             run_id,
             bytes,
@@ -206,6 +227,7 @@ impl Hub {
         let InFlight {
             seq,
             records,
+            items,
             tail,
             run_id,
             published,
@@ -234,7 +256,7 @@ impl Hub {
             heard_from(st, &self.rules, now)
         });
         if !published {
-            publish_batch(run, run_id, seq, &records);
+            publish_batch(run, run_id, seq, &records, &items);
         }
         if revived {
             self.judge(Job::Revived {

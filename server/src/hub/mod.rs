@@ -509,12 +509,19 @@ impl Hub {
 
 /// Sends a stored batch to the run's viewers: encoded once for every viewer that takes the
 /// whole batch, not at all when nobody watches the run.
-fn publish_batch(run: &Run, run_id: RunId, seq: u64, records: &Arc<[StepRecord]>) {
+fn publish_batch(
+    run: &Run,
+    run_id: RunId,
+    seq: u64,
+    records: &Arc<[StepRecord]>,
+    items: &[stepstream_protocol::Item],
+) {
     if run.live.receiver_count() > 0 {
         let frame = encode(ToViewer::Live(stepstream_protocol::Live {
             run_id,
             seq,
             records: records.to_vec(),
+            items: items.to_vec(),
         }));
         let _ = run.live.send(LiveEvent::Batch {
             seq,

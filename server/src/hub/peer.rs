@@ -8,11 +8,12 @@
 
 use super::{judge::Job, Hub, LiveEvent, Run, RunState};
 use crate::cluster::{Heard, Inbox};
-use crate::store::{RunKey, StoredRun};
+use crate::store::{ItemQuery, RunKey, StoredRun};
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use stepstream_protocol::{
-    unix_now, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord, ToPeer,
+    unix_now, Item, PeerAlert, PeerBatch, PeerMetrics, PeerRun, RunId, StatusChange, StepRecord,
+    ToPeer,
 };
 
 /// How long a hub may stay silent before the others take its runs' judge leases.
@@ -221,10 +222,29 @@ impl Hub {
                 std::ops::ControlFlow::Continue(())
             })
             .await;
+        // Their console lines and samples, for this hub's viewers' live frames.
+        let items = self
+            .store
+            .items(
+                run.key,
+                ItemQuery::batches(last, through),
+                Vec::new(),
+                |out: &mut Vec<(u64, Item)>, i| {
+                    out.push((i.seq, i.to_item()));
+                    std::ops::ControlFlow::Continue(())
+                },
+            )
+            .await
+            .unwrap_or_default();
         match missed {
             Ok(batches) => {
+                let mut items = items.into_iter().peekable();
                 for (seq, records) in batches {
-                    self.apply_remote_batch(run, seq, records);
+                    let mut mine = Vec::new();
+                    while let Some((_, item)) = items.next_if(|(s, _)| *s <= seq) {
+                        mine.push(item);
+                    }
+                    self.apply_remote_batch(run, seq, records, &mine);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not read batches another hub stored"),
@@ -232,7 +252,13 @@ impl Hub {
     }
 
     /// One batch another hub committed, in order (the caller holds the run's ingest lock).
-    fn apply_remote_batch(&self, run: &Arc<Run>, seq: u64, records: Vec<StepRecord>) {
+    fn apply_remote_batch(
+        &self,
+        run: &Arc<Run>,
+        seq: u64,
+        records: Vec<StepRecord>,
+        items: &[Item],
+    ) {
         let now = unix_now();
         let tail = run.state(|st| st.tail.after(seq, &records));
         let run_id = run.store_tail(tail, |st| {
@@ -241,7 +267,7 @@ impl Hub {
             st.identity.run_id.clone()
         });
         let records: Arc<[StepRecord]> = records.into();
-        super::publish_batch(run, run_id, seq, &records);
+        super::publish_batch(run, run_id, seq, &records, items);
         // Only the run's judge runs its rules (the hub its collector writes through, as a
         // rule: it took the lease at the hello). A hub that takes a lease over starts the
         // run's rolling windows afresh.

@@ -20,6 +20,7 @@ fn batch(seq: u64, values: Vec<(MetricId, f64)>) -> Batch {
             wall_time: 1.0,
             values,
         }],
+        items: Vec::new(),
     }
 }
 

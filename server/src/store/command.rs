@@ -28,6 +28,10 @@ pub(super) enum Command {
         key: RunKey,
         seq: u64,
         records: Arc<[StepRecord]>,
+        /// The batch's console lines and samples, stored beside it.
+        items: Arc<[stepstream_protocol::Item]>,
+        /// Console lines a run keeps, at most (the oldest beyond are dropped).
+        console_cap: u64,
         tail: RunTail,
         /// Whether the batch was inserted (`false`: that `(run, seq)` was already stored).
         reply: oneshot::Sender<Result<bool>>,

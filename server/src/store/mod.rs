@@ -14,15 +14,18 @@
 //! * `sqlite` — the SQLite engine (schema, migrations, writer, its reads' SQL).
 //! * `postgres` — the PostgreSQL engine (the same, plus the judges' leases).
 //! * `blob` — the records' blob format, shared by both, independent of the wire format.
+//! * `items` — console lines and samples as stored, beside the records.
 
 mod blob;
 mod command;
+mod items;
 mod postgres;
 mod reads;
 mod sqlite;
 
 pub use blob::{decode_records, encode_records, visit_values};
 use command::Command;
+pub use items::{ItemQuery, StoredItem};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -158,6 +161,15 @@ impl RunTail {
         }
         next
     }
+}
+
+/// What [`Store::submit_batch`] stores of a batch: its records, its items, and the cap on
+/// the run's console lines.
+pub struct StoredBatch {
+    pub records: Arc<[StepRecord]>,
+    pub items: Arc<[stepstream_protocol::Item]>,
+    /// Console lines the run keeps, at most (the oldest beyond are dropped).
+    pub console_cap: u64,
 }
 
 /// Where the store lives: `--db PATH` or `--store postgres://...`.
@@ -326,7 +338,7 @@ impl Store {
         &self,
         key: RunKey,
         seq: u64,
-        records: Arc<[StepRecord]>,
+        batch: StoredBatch,
         tail: RunTail,
     ) -> Result<oneshot::Receiver<Result<bool>>> {
         let (reply, answer) = oneshot::channel();
@@ -334,7 +346,9 @@ impl Store {
             .send(Command::AppendBatch {
                 key,
                 seq,
-                records,
+                records: batch.records,
+                items: batch.items,
+                console_cap: batch.console_cap,
                 tail,
                 reply,
             })
@@ -350,7 +364,12 @@ impl Store {
         records: Arc<[StepRecord]>,
         tail: RunTail,
     ) -> Result<bool> {
-        self.submit_batch(key, seq, records, tail)
+        let batch = StoredBatch {
+            records,
+            items: Arc::new([]),
+            console_cap: u64::MAX,
+        };
+        self.submit_batch(key, seq, batch, tail)
             .await?
             .await
             .map_err(|_| StoreError::WriterGone)?
@@ -481,6 +500,24 @@ impl Store {
         f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         read!(self.scan_steps(key, range, through_seq, state, f))
+    }
+
+    /// Calls `f` with `state` and each of the run's items that `query` asks for, in its
+    /// order, until it returns `Break`; then returns the state. Runs on the blocking pool.
+    pub async fn items<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        query: ItemQuery,
+        state: S,
+        f: impl FnMut(&mut S, StoredItem) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        read!(self.items(key, query, state, f))
+    }
+
+    /// Console lines the run sent in all, and how many the store keeps (the oldest beyond
+    /// the hub's `console_lines` limit were dropped).
+    pub async fn console_counts(&self, key: RunKey) -> Result<(u64, u64)> {
+        read!(self.console_counts(key))
     }
 
     /// The run's hyper-parameter config, as stored.

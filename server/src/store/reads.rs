@@ -5,6 +5,7 @@
 //! decode.
 
 use super::blob::visit_values;
+use super::items::{ItemQuery, StoredItem};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,15 @@ pub(super) trait Dialect: Send + Sync + 'static {
     fn step_bounds(conn: &mut Self::Conn, key: RunKey) -> Result<Option<(i64, i64)>>;
     /// The run's config JSON.
     fn config(conn: &mut Self::Conn, key: RunKey) -> Result<Option<String>>;
+    /// The run's items that `query` asks for, in its order, until `visit` breaks.
+    fn items(
+        conn: &mut Self::Conn,
+        key: RunKey,
+        query: &ItemQuery,
+        visit: &mut dyn FnMut(StoredItem) -> ControlFlow<()>,
+    ) -> Result<()>;
+    /// Console lines the run sent in all, and how many the store keeps.
+    fn console_counts(conn: &mut Self::Conn, key: RunKey) -> Result<(u64, u64)>;
 }
 
 /// Which of a run's batches a scan reads.
@@ -205,5 +215,23 @@ impl<D: Dialect> Reads<D> {
 
     pub(super) async fn config(&self, key: RunKey) -> Result<Option<String>> {
         self.read(move |c| D::config(c, key)).await
+    }
+
+    pub(super) async fn items<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        query: ItemQuery,
+        mut state: S,
+        mut f: impl FnMut(&mut S, StoredItem) -> ControlFlow<()> + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            D::items(c, key, &query, &mut |item| f(&mut state, item))?;
+            Ok(state)
+        })
+        .await
+    }
+
+    pub(super) async fn console_counts(&self, key: RunKey) -> Result<(u64, u64)> {
+        self.read(move |c| D::console_counts(c, key)).await
     }
 }

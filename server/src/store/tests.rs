@@ -187,7 +187,19 @@ async fn a_batch_whose_predecessor_is_not_stored_is_refused() {
         let (seq, records, tail) = all[i].clone();
         answers.push((
             seq,
-            store.submit_batch(key, seq, records, tail).await.unwrap(),
+            store
+                .submit_batch(
+                    key,
+                    seq,
+                    crate::store::StoredBatch {
+                        records,
+                        items: std::sync::Arc::new([]),
+                        console_cap: u64::MAX,
+                    },
+                    tail,
+                )
+                .await
+                .unwrap(),
         ));
     }
     let mut outcomes = Vec::new();

@@ -407,10 +407,12 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
                     if records.is_empty() {
                         continue;
                     }
+                    // A viewer of some metrics (a widget's chart) takes no console lines.
                     out.send(frame(ToViewer::Live(Live {
                         run_id: run_id.clone(),
                         seq,
                         records,
+                        items: Vec::new(),
                     })))
                     .await
                 }

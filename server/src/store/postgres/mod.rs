@@ -10,10 +10,12 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
+use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
+use std::ops::ControlFlow;
 use stepstream_protocol::{Alert, RunId};
 use tokio::sync::mpsc;
 
@@ -217,6 +219,67 @@ impl Dialect for Postgres {
         Ok(client
             .query_opt("SELECT config FROM runs WHERE key = $1", &[&key])?
             .map(|r| r.get(0)))
+    }
+
+    fn items(
+        client: &mut Client,
+        key: RunKey,
+        query: &ItemQuery,
+        visit: &mut dyn FnMut(StoredItem) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let sql = if query.newest_first {
+            "SELECT seq, idx, step, wall_time, key, stream, body, kind FROM items WHERE run_key = $1 \
+             AND ($2::SMALLINT IS NULL OR kind = $2) AND seq > $6 AND seq <= $7 AND ($3::TEXT IS NULL OR key = $3) AND step >= $4 AND step <= $5 \
+             ORDER BY seq DESC, idx DESC"
+        } else {
+            "SELECT seq, idx, step, wall_time, key, stream, body, kind FROM items WHERE run_key = $1 \
+             AND ($2::SMALLINT IS NULL OR kind = $2) AND seq > $6 AND seq <= $7 AND ($3::TEXT IS NULL OR key = $3) AND step >= $4 AND step <= $5 \
+             ORDER BY seq, idx"
+        };
+        let kind = query.kind.map(|k| k.code() as i16);
+        let seqs = (
+            query.seqs.0 as i64,
+            query.seqs.1.min(i64::MAX as u64) as i64,
+        );
+        let mut rows = client.query_raw(
+            sql,
+            [
+                &key as &(dyn postgres::types::ToSql + Sync),
+                &kind,
+                &query.key,
+                &query.steps.0,
+                &query.steps.1,
+                &seqs.0,
+                &seqs.1,
+            ],
+        )?;
+        while let Some(r) = rows.next()? {
+            let row_kind = i64::from(r.get::<_, i16>(7));
+            let item = StoredItem {
+                seq: r.get::<_, i64>(0) as u64,
+                idx: r.get::<_, i32>(1) as u32,
+                kind: kind_of(row_kind)?,
+                step: r.get(2),
+                wall_time: r.get(3),
+                key: r.get(4),
+                stream: stream_of(i64::from(r.get::<_, i16>(5))),
+                body: r.get(6),
+            };
+            if visit(item).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn console_counts(client: &mut Client, key: RunKey) -> Result<(u64, u64)> {
+        let row = client.query_opt(
+            "SELECT console_lines, console_kept FROM runs WHERE key = $1",
+            &[&key],
+        )?;
+        Ok(row.map_or((0, 0), |r| {
+            (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64)
+        }))
     }
 }
 

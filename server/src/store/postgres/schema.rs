@@ -90,6 +90,25 @@ CREATE INDEX IF NOT EXISTS batches_by_span ON batches (run_key, span_class, lo_s
 -- writer claim compares it, not `last_activity` (each hub's own clock).
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS writer_seen DOUBLE PRECISION NOT NULL DEFAULT 0;
 ",
+    "
+-- Console lines and samples (`store::items`), apart from the records' blobs; console lines
+-- received in all and kept now (the oldest beyond the cap are dropped).
+CREATE TABLE IF NOT EXISTS items (
+    run_key BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    idx INTEGER NOT NULL,
+    kind SMALLINT NOT NULL,
+    step BIGINT NOT NULL,
+    wall_time DOUBLE PRECISION NOT NULL,
+    key TEXT NOT NULL,
+    stream SMALLINT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_key, seq, idx)
+);
+CREATE INDEX IF NOT EXISTS items_by_kind ON items (run_key, kind, key, step);
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_lines BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_kept BIGINT NOT NULL DEFAULT 0;
+",
 ];
 
 /// Any number: the advisory lock's key for migrations.

@@ -4,7 +4,9 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
+use super::super::items::{lines_in, row_of};
 use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
+use stepstream_protocol::ItemKind;
 
 /// The write connection, owned by the writer thread, made again when it breaks (a restarted
 /// server, a terminated backend, a network cut): the failed transaction's commands were
@@ -148,6 +150,8 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             key,
             seq,
             records,
+            items,
+            console_cap,
             tail,
             ..
         } => {
@@ -191,6 +195,9 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &(span_class(range) as i16),
                 ],
             )?;
+            if !items.is_empty() {
+                insert_items(tx, *key, *seq, items, *console_cap)?;
+            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
@@ -238,4 +245,60 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             Ok(Applied::Done)
         }
     }
+}
+
+/// Stores a batch's items and keeps the run's console within `cap` lines, the oldest
+/// dropped first (as SQLite's writer does).
+fn insert_items(
+    tx: &mut postgres::Transaction<'_>,
+    key: RunKey,
+    seq: u64,
+    items: &[stepstream_protocol::Item],
+    cap: u64,
+) -> Result<()> {
+    let insert = tx.prepare(
+        "INSERT INTO items (run_key, seq, idx, kind, step, wall_time, key, stream, body) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )?;
+    for (idx, item) in items.iter().enumerate() {
+        let (kind, stream, body) = row_of(item);
+        tx.execute(
+            &insert,
+            &[
+                &key,
+                &(seq as i64),
+                &(idx as i32),
+                &(kind as i16),
+                &item.step,
+                &item.wall_time,
+                &item.key,
+                &(stream as i16),
+                &body,
+            ],
+        )?;
+    }
+    let lines = lines_in(items);
+    if lines == 0 {
+        return Ok(());
+    }
+    let kept: i64 = tx
+        .query_one(
+            "UPDATE runs SET console_lines = console_lines + $2, console_kept = console_kept + \
+             $2 WHERE key = $1 RETURNING console_kept",
+            &[&key, &lines],
+        )?
+        .get(0);
+    let excess = kept - cap as i64;
+    if excess > 0 {
+        tx.execute(
+            "DELETE FROM items WHERE (run_key, seq, idx) IN (SELECT run_key, seq, idx FROM items \
+             WHERE run_key = $1 AND kind = $2 ORDER BY seq, idx LIMIT $3)",
+            &[&key, &(ItemKind::Line.code() as i16), &excess],
+        )?;
+        tx.execute(
+            "UPDATE runs SET console_kept = console_kept - $2 WHERE key = $1",
+            &[&key, &excess],
+        )?;
+    }
+    Ok(())
 }

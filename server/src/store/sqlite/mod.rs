@@ -11,6 +11,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
+use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
@@ -18,6 +19,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use schema::{load_runs, migrate, INDEXES, SCHEMA};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use stepstream_protocol::ItemKind;
 use stepstream_protocol::{Alert, RunId};
 use tokio::sync::mpsc;
 
@@ -195,6 +197,59 @@ impl Dialect for Sqlite {
                 r.get(0)
             })
             .optional()?)
+    }
+
+    fn items(
+        conn: &mut Connection,
+        key: RunKey,
+        query: &ItemQuery,
+        visit: &mut dyn FnMut(StoredItem) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let sql = if query.newest_first {
+            "SELECT seq, idx, step, wall_time, key, stream, body, kind FROM items WHERE run_key = ?1 \
+             AND (?2 IS NULL OR kind = ?2) AND seq > ?6 AND seq <= ?7 AND (?3 IS NULL OR key = ?3) AND step >= ?4 AND step <= ?5 \
+             ORDER BY seq DESC, idx DESC"
+        } else {
+            "SELECT seq, idx, step, wall_time, key, stream, body, kind FROM items WHERE run_key = ?1 \
+             AND (?2 IS NULL OR kind = ?2) AND seq > ?6 AND seq <= ?7 AND (?3 IS NULL OR key = ?3) AND step >= ?4 AND step <= ?5 \
+             ORDER BY seq, idx"
+        };
+        let mut stmt = conn.prepare_cached(sql)?;
+        let mut rows = stmt.query(params![
+            key,
+            query.kind.map(ItemKind::code),
+            query.key,
+            query.steps.0,
+            query.steps.1,
+            query.seqs.0 as i64,
+            query.seqs.1.min(i64::MAX as u64) as i64
+        ])?;
+        while let Some(r) = rows.next()? {
+            let row_kind: i64 = r.get(7)?;
+            let item = StoredItem {
+                seq: r.get::<_, i64>(0)? as u64,
+                idx: r.get::<_, i64>(1)? as u32,
+                kind: kind_of(row_kind)?,
+                step: r.get(2)?,
+                wall_time: r.get(3)?,
+                key: r.get(4)?,
+                stream: stream_of(r.get(5)?),
+                body: r.get(6)?,
+            };
+            if visit(item).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn console_counts(conn: &mut Connection, key: RunKey) -> Result<(u64, u64)> {
+        let (lines, kept): (i64, i64) = conn
+            .prepare_cached("SELECT console_lines, console_kept FROM runs WHERE key = ?1")?
+            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+            .unwrap_or((0, 0));
+        Ok((lines as u64, kept as u64))
     }
 }
 

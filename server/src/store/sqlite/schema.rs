@@ -33,7 +33,10 @@ CREATE TABLE IF NOT EXISTS runs (
     -- The collector process writing the run (0: none), and when it was last heard from:
     -- another writer is refused meanwhile (`store::WRITER_SILENCE_S`).
     writer INTEGER NOT NULL DEFAULT 0,
-    writer_seen REAL NOT NULL DEFAULT 0
+    writer_seen REAL NOT NULL DEFAULT 0,
+    -- Console lines received in all, and kept now (the oldest beyond the cap are dropped).
+    console_lines INTEGER NOT NULL DEFAULT 0,
+    console_kept INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL,
@@ -61,11 +64,25 @@ CREATE TABLE IF NOT EXISTS batches (
     data BLOB NOT NULL,
     PRIMARY KEY (run_key, seq)
 );
+-- Console lines and samples (`store::items`), apart from the records' blobs.
+CREATE TABLE IF NOT EXISTS items (
+    run_key INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    wall_time REAL NOT NULL,
+    key TEXT NOT NULL,
+    stream INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_key, seq, idx)
+);
 ";
 
 /// Indexes created after [`migrate`] brought the tables they cover to this version.
 pub(super) const INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS batches_by_span ON batches (run_key, span_class, lo_step, hi_step);
+CREATE INDEX IF NOT EXISTS items_by_kind ON items (run_key, kind, key, step);
 ";
 
 /// `batches` as this version lays it out. A rowid table, not `WITHOUT ROWID`: a batch's
@@ -77,13 +94,14 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
 /// into the new layout with the step range of each read back from its blob, so range reads
 /// are exact on old runs too. Version 2 found range reads through one widest span per run;
-/// version 3 through each batch's span class. One transaction: an interrupted migration
+/// version 3 through each batch's span class. Version 4 added console lines and samples
+/// (the `items` table, created by [`SCHEMA`], and the runs' console counts). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -107,6 +125,8 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         ("max_span", "INTEGER NOT NULL DEFAULT 0"),
         ("writer", "INTEGER NOT NULL DEFAULT 0"),
         ("writer_seen", "REAL NOT NULL DEFAULT 0"),
+        ("console_lines", "INTEGER NOT NULL DEFAULT 0"),
+        ("console_kept", "INTEGER NOT NULL DEFAULT 0"),
     ] {
         if !has("runs", column)? {
             tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))?;

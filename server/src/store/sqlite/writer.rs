@@ -2,8 +2,10 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
+use super::super::items::{lines_in, row_of};
 use super::super::{held_by_another, other_project, Result, RunKey, WRITER_SILENCE_S};
 use rusqlite::{params, Connection};
+use stepstream_protocol::ItemKind;
 
 /// The write connection, owned by the writer thread, and the checkpointer it wakes.
 pub(in crate::store) struct Sqlite {
@@ -100,6 +102,8 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             key,
             seq,
             records,
+            items,
+            console_cap,
             tail,
             ..
         } => {
@@ -144,6 +148,9 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 range.map(|r| r.1),
                 span_class(range),
             ])?;
+            if !items.is_empty() {
+                insert_items(tx, *key, *seq, items, *console_cap)?;
+            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
@@ -189,6 +196,53 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             Ok(Applied::Done)
         }
     }
+}
+
+/// Stores a batch's items and keeps the run's console within `cap` lines, the oldest
+/// dropped first.
+fn insert_items(
+    tx: &rusqlite::Transaction<'_>,
+    key: RunKey,
+    seq: u64,
+    items: &[stepstream_protocol::Item],
+    cap: u64,
+) -> Result<()> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO items (run_key, seq, idx, kind, step, wall_time, key, stream, body)          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    for (idx, item) in items.iter().enumerate() {
+        let (kind, stream, body) = row_of(item);
+        insert.execute(params![
+            key,
+            seq as i64,
+            idx as i64,
+            kind,
+            item.step,
+            item.wall_time,
+            item.key,
+            stream,
+            body
+        ])?;
+    }
+    let lines = lines_in(items);
+    if lines == 0 {
+        return Ok(());
+    }
+    let kept: i64 = tx
+        .prepare_cached(
+            "UPDATE runs SET console_lines = console_lines + ?2, console_kept = console_kept +              ?2 WHERE key = ?1 RETURNING console_kept",
+        )?
+        .query_row(params![key, lines], |r| r.get(0))?;
+    let excess = kept - cap as i64;
+    if excess > 0 {
+        tx.prepare_cached(
+            "DELETE FROM items WHERE rowid IN (SELECT rowid FROM items WHERE run_key = ?1 AND              kind = ?2 ORDER BY seq, idx LIMIT ?3)",
+        )?
+        .execute(params![key, ItemKind::Line.code(), excess])?;
+        tx.prepare_cached("UPDATE runs SET console_kept = console_kept - ?2 WHERE key = ?1")?
+            .execute(params![key, excess])?;
+    }
+    Ok(())
 }
 
 fn protocol_now() -> f64 {

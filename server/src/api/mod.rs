@@ -1,7 +1,10 @@
-//! The JSON API for scripts and tests, and the CSV / config exports.
+//! The JSON API for scripts and tests, and the CSV / config exports; a run's console and
+//! samples in `items`.
 //!
 //! Non-finite values, which JSON cannot hold as numbers, are written as the strings `"NaN"`,
 //! `"Infinity"` and `"-Infinity"`.
+
+pub mod items;
 
 use crate::auth::Scope;
 use crate::hub::Run;
@@ -94,7 +97,7 @@ fn summary_json(s: &RunSummary, now: f64) -> Value {
 
 /// The run `id`, if it exists and `scope` covers it: a run outside the token's scope is as
 /// unknown as one that does not exist, so a scoped token cannot probe for others.
-async fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
+pub(super) async fn find(app: &AppState, id: &str, scope: &Scope) -> Result<Arc<Run>, ApiError> {
     let run = match RunId::new(id) {
         Ok(run_id) => app.hub.find_run(&run_id).await,
         Err(_) => None,
@@ -352,12 +355,12 @@ impl Iterator for SeriesBody {
     }
 }
 
-fn attachment(name: &str) -> String {
+pub(super) fn attachment(name: &str) -> String {
     format!("attachment; filename=\"{name}\"")
 }
 
 /// A CSV download whose client takes nothing for this long is abandoned.
-const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+pub(super) const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The run as CSV: `step,timestamp,` then one column per metric; streamed from the store.
 pub async fn export_csv(
