@@ -268,3 +268,133 @@ fn a_batch_with_an_item_over_the_limit_is_refused_naming_the_limit() {
         other => panic!("expected a limit error, got {other:?}"),
     }
 }
+
+/// The page's Console panel: the tail on opening, live lines as they come (following the
+/// end), a regular-expression search and a stream filter, a click on a line setting the
+/// charts' crosshair at its step, and a click on a chart scrolling the console to the
+/// nearest point's step, older lines read when needed.
+#[test]
+fn the_console_panel_follows_live_searches_and_links_with_the_charts() {
+    use crate::browser::Browser;
+    let hub = Hub::start(&[]);
+    let mut o = Options::new(&hub.ws(), "web", "talker");
+    o.run_id = Some(RunId::new("talker").unwrap());
+    let run = Collector::start(o).unwrap();
+    // History: 3000 steps, a line each (the page reads the last 2000 at first).
+    for step in 0..3000i64 {
+        run.log(step, &[("loss", 1.0 / (step + 1) as f64)]);
+        let (text, stream) = if step % 100 == 0 {
+            (format!("WARNING grad spike at {step}"), Stream::Stderr)
+        } else {
+            (format!("step {step} ok"), Stream::Stdout)
+        };
+        run.log_item("", line(&text, stream));
+    }
+    run.flush();
+    wait_for("history stored", Duration::from_secs(20), || {
+        (run.acknowledged() == 3000).then_some(())
+    });
+    let mut page = Browser::open(&format!("http://{}/?lang=en&runs=talker", hub.addr()));
+    page.wait(
+        "the tail in the console",
+        Duration::from_secs(20),
+        "document.querySelectorAll('.console-lines .line').length == 2000",
+    );
+    let last = page.eval(
+        "(() => { const l = [...document.querySelectorAll('.console-lines .line')]; \
+         return l[l.length - 1].querySelector('.text').textContent; })()",
+    );
+    assert_eq!(last, "step 2999 ok");
+    // Live: new lines arrive and the panel stays at the end.
+    for step in 3000..3020i64 {
+        run.log(step, &[("loss", 0.5)]);
+        run.log_item("", line(&format!("live line {step}"), Stream::Stdout));
+    }
+    run.flush();
+    page.wait(
+        "live lines at the end, followed",
+        Duration::from_secs(10),
+        "(() => { const box = document.querySelector('.console-lines'); \
+         const l = [...box.querySelectorAll('.line')]; \
+         return l[l.length - 1].textContent.includes('live line 3019') && \
+         box.scrollTop + box.clientHeight >= box.scrollHeight - 4; })()",
+    );
+    page.screenshot("console-live");
+    // Search (a regular expression) and the stream filter.
+    page.eval(
+        "(() => { const i = document.querySelector('.console-search'); \
+         i.value = 'spike at 2[0-9]00'; i.dispatchEvent(new Event('input')); })()",
+    );
+    let found = page.wait(
+        "search results",
+        Duration::from_secs(5),
+        "(() => { const l = [...document.querySelectorAll('.console-lines .line .text')]\
+         .map(e => e.textContent); return l.length == 10 ? l : null; })()",
+    );
+    assert_eq!(found[0], "WARNING grad spike at 2000");
+    page.eval(
+        "(() => { const i = document.querySelector('.console-search'); \
+         i.value = '(unclosed'; i.dispatchEvent(new Event('input')); })()",
+    );
+    page.wait(
+        "an invalid pattern is marked",
+        Duration::from_secs(5),
+        "document.querySelector('.console-search.invalid') != null",
+    );
+    page.eval(
+        "(() => { const i = document.querySelector('.console-search'); i.value = ''; \
+         i.dispatchEvent(new Event('input')); const s = document.querySelector('.console-stream'); \
+         s.value = 'stderr'; s.dispatchEvent(new Event('change')); })()",
+    );
+    page.wait(
+        "stderr only",
+        Duration::from_secs(5),
+        "(() => { const l = [...document.querySelectorAll('.console-lines .line')]; \
+         return l.length == 20 && l.every(e => e.classList.contains('stderr')); })()",
+    );
+    // A click on a line: the charts' crosshair at its step.
+    page.eval("document.querySelector('.console-lines .line[data-step=\"2500\"]').click()");
+    page.wait(
+        "the crosshair at step 2500",
+        Duration::from_secs(5),
+        "(() => { const c = document.querySelector('canvas[data-overlay=\"loss\"]'); \
+         return c && c.dataset.hoverX == '2500'; })()",
+    );
+    // A click on the chart near its left edge: the console goes to an early step, which it
+    // had not read yet (the tail started at 1020), and marks the first line there.
+    let s = page.eval(
+        "(() => { const s = document.querySelector('.console-stream'); s.value = ''; \
+         s.dispatchEvent(new Event('change')); \
+         const c = document.querySelector('canvas[data-overlay=\"loss\"]'); \
+         const r = c.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()",
+    );
+    // A quarter of the way in: inside the plot, well before the tail's first step.
+    let (x, y) = (
+        s[0].as_f64().unwrap() + s[2].as_f64().unwrap() / 4.0,
+        s[1].as_f64().unwrap() + s[3].as_f64().unwrap() / 2.0,
+    );
+    page.drag((x, y), (x, y), "left", 0);
+    let target = page.wait(
+        "the console at the clicked step",
+        Duration::from_secs(10),
+        "(() => { const t = document.querySelector('.console-lines .line.target'); \
+         if (!t) return null; const box = document.querySelector('.console-lines'); \
+         const r = t.getBoundingClientRect(), b = box.getBoundingClientRect(); \
+         return r.top >= b.top && r.bottom <= b.bottom && +t.dataset.step < 1000 \
+         ? +t.dataset.step : null; })()",
+    );
+    // The line marked is the one at the step asked for (each step has a line).
+    let target = target.as_i64().unwrap();
+    let hover =
+        page.eval("+document.querySelector('canvas[data-overlay=\"loss\"]').dataset.hoverX");
+    assert!(
+        (hover.as_f64().unwrap() - target as f64).abs() < 40.0,
+        "{hover} vs {target}"
+    );
+    assert_eq!(
+        page.eval("document.querySelector('[data-testid=console]').dataset.follow"),
+        "false"
+    );
+    page.screenshot("console-at-step");
+    run.finish(Outcome::Finished);
+}

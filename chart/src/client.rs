@@ -63,6 +63,11 @@ pub struct Client {
     /// starts later); otherwise at once.
     wait_for_list: bool,
     smoothing: f64,
+    /// Keep the console lines and samples of applied live batches in [`Client::items`] (the
+    /// page does; the widget's charts do not).
+    pub keep_items: bool,
+    /// Console lines and samples of applied live batches, per run and `seq`, until taken.
+    pub items: Vec<(RunId, u64, Vec<stepstream_protocol::Item>)>,
 }
 
 impl Client {
@@ -71,6 +76,12 @@ impl Client {
             wait_for_list,
             ..Client::default()
         }
+    }
+
+    /// The client that also keeps live batches' console lines and samples ([`Client::items`]).
+    pub fn keeping_items(mut self) -> Client {
+        self.keep_items = true;
+        self
     }
 
     /// Metric names across the given runs, sorted.
@@ -272,7 +283,7 @@ impl Client {
                     None => Change::Nothing,
                 }
             }
-            ToViewer::Live(l) => {
+            ToViewer::Live(mut l) => {
                 if !self.takes_points(&l.run_id) {
                     return (Change::Nothing, Vec::new());
                 }
@@ -280,6 +291,11 @@ impl Client {
                     .runs
                     .get_mut(&l.run_id)
                     .is_some_and(|d| d.live(&l, now_ms));
+                if applied && self.keep_items && !l.items.is_empty() {
+                    // The same seam as the points': a batch's items once, when it applies.
+                    self.items
+                        .push((l.run_id.clone(), l.seq, std::mem::take(&mut l.items)));
+                }
                 if applied {
                     Change::Points(l.run_id)
                 } else {

@@ -106,15 +106,33 @@ pub struct Capture {
     streams: Vec<Captured>,
 }
 
+/// One capture per process: a second run's would stand between the first's and the
+/// terminal, and whichever ended first would leave the other's pipe behind fd 1.
+static CAPTURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Capture {
     /// Puts a pipe behind fd 1 and fd 2. Either both are captured or, on an error, neither.
+    /// Another run of this process capturing already is an `AlreadyExists` error.
     pub(crate) fn start(sink: Sink) -> std::io::Result<Capture> {
+        if CAPTURING.swap(true, Ordering::AcqRel) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "another run of this process captures the console",
+            ));
+        }
         let mut capture = Capture {
             streams: Vec::new(),
         };
         for stream in [Stream::Stdout, Stream::Stderr] {
-            // On an error the streams captured so far are put back by drop.
-            capture.streams.push(capture_one(stream, sink.clone())?);
+            match capture_one(stream, sink.clone()) {
+                Ok(c) => capture.streams.push(c),
+                Err(e) => {
+                    // The streams captured so far are put back.
+                    drop(capture);
+                    CAPTURING.store(false, Ordering::Release);
+                    return Err(e);
+                }
+            }
         }
         Ok(capture)
     }
@@ -150,6 +168,9 @@ impl Capture {
             if reader.is_finished() {
                 let _ = reader.join();
             }
+        }
+        if !self.streams.is_empty() {
+            CAPTURING.store(false, Ordering::Release);
         }
         self.streams.clear();
     }

@@ -67,9 +67,31 @@ pub fn up(ctx: &Ctx, chart: &str) {
         if c == chart && (now - start).abs() > 4.0 {
             let (a, b) = (g.x_clamped(start.min(now)), g.x_clamped(start.max(now)));
             set_window(ctx, (a, b));
+        } else if c == chart {
+            // A click: the console goes to the nearest point's step.
+            if let Some(step) = g
+                .x_at(start)
+                .and_then(|x| nearest(ctx, chart, x))
+                .map(|h| h.0)
+            {
+                ctx.console_step.set(Some(step));
+            }
         }
     }
     frame::overlay_dirty();
+}
+
+/// The step and time of the point nearest `x` on the chart's lines.
+fn nearest(ctx: &Ctx, chart: &str, x: f64) -> Option<(i64, f64)> {
+    let scene = frame::scene(ctx);
+    let specs = ctx.charts.get_untracked();
+    let spec = specs.iter().find(|s| s.key == chart)?;
+    STORE.with(|store| {
+        let store = store.borrow();
+        crate::lines::gather(&scene, &store, spec)
+            .iter()
+            .find_map(|l| Series::nearest(&l.xs, x).map(|i| (l.steps[i], l.times[i])))
+    })
 }
 
 pub fn moved(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {

@@ -9,6 +9,7 @@
 //!   widget: the viewer client and the points it holds, the self-healing socket, drawing.
 //! * `view` — the view in the URL (runs, zoom, smoothing, axis, theme, language).
 //! * `groups` — which charts, in which group; `lines` — a chart's lines from the data.
+//! * `console` — the selected runs' console lines (history and live, keyed by batch).
 //! * `frame` — the animation-frame loop; `interact` — zoom, pan and the crosshair.
 //! * `components` — the page's parts; `i18n` — English, Chinese.
 //!
@@ -17,6 +18,7 @@
 
 pub mod components;
 pub mod config;
+pub mod console;
 pub mod fetch;
 pub mod frame;
 pub mod groups;
@@ -33,6 +35,7 @@ pub use stepstream_chart as chart;
 pub use stepstream_chart::{client, data, ws};
 
 use components::charts::{ChartGroups, Toolbar, Tooltip};
+use components::console::ConsolePanel;
 use components::header::{AlertList, Header, Legend, StaleBanner};
 use components::panel::RunPanel;
 use components::runs::RunList;
@@ -97,6 +100,7 @@ fn App() -> impl IntoView {
     );
     socket::set(socket);
     every_frame(move || {
+        console::publish(&ctx);
         frame::frame(&ctx);
     });
     let tick = Closure::<dyn FnMut()>::new(move || ctx.now.set(now_ms()));
@@ -155,6 +159,9 @@ fn App() -> impl IntoView {
                     <AlertList ctx=ctx/>
                 </Show>
                 <ChartGroups ctx=ctx/>
+                <Show when=move || ctx.selected.with(|s| !s.is_empty())>
+                    <ConsolePanel ctx=ctx/>
+                </Show>
             </section>
         </main>
         <Tooltip ctx=ctx/>

@@ -18,7 +18,7 @@ use stepstream_protocol::{FromViewer, RunId, RunStatus, RunSummary, ToViewer};
 thread_local! {
     /// The viewer client and the points it holds (the page subscribes at once, listed or
     /// not: it selects only runs it was shown).
-    pub static STORE: RefCell<Client> = RefCell::new(Client::new(false));
+    pub static STORE: RefCell<Client> = RefCell::new(Client::new(false).keeping_items());
     static DIRTY: Cell<bool> = const { Cell::new(true) };
     /// While the view is being set from the address bar (back button), do not push it.
     static RESTORING: Cell<bool> = const { Cell::new(false) };
@@ -118,6 +118,10 @@ pub struct Ctx {
     pub configs: RwSignal<Option<HashMap<RunId, Config>>>,
     pub only_diff: RwSignal<bool>,
     pub hover: RwSignal<Option<Hover>>,
+    /// Bumped when the selected runs' console lines changed (`console::publish`).
+    pub console: RwSignal<u64>,
+    /// The step the console shows (a click on a chart, a line or an alert); `None` follows.
+    pub console_step: RwSignal<Option<i64>>,
 }
 
 impl Ctx {
@@ -154,6 +158,8 @@ impl Ctx {
             configs: RwSignal::new(None),
             only_diff: RwSignal::new(false),
             hover: RwSignal::new(None),
+            console: RwSignal::new(0),
+            console_step: RwSignal::new(None),
         }
     }
 
@@ -256,6 +262,7 @@ impl Ctx {
             send_all(STORE.with(|s| s.borrow_mut().want(run, None, last_point_ms)));
             self.load_detail(run.clone());
         }
+        crate::console::watch(&runs);
         self.selected.set(runs);
         self.refresh_charts();
     }

@@ -6,6 +6,8 @@
 //! since that would force a device sync every step: its record is held and converted with
 //! the others every `defer_every` records (and at `flush`/`finish`), in step order.
 
+mod samples;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -35,23 +37,35 @@ struct Held {
     values: Vec<(String, Value)>,
 }
 
-/// A plain number, or `None` for a tensor whose conversion must wait.
-fn number(v: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+/// What a value handed to `log` is.
+enum Kind {
+    Number(f64),
+    /// A tensor whose conversion must wait.
+    Later,
+    /// A `stepstream.Text` or `Table`.
+    Sample,
+}
+
+/// A plain number, a tensor whose conversion must wait, or a sample.
+fn classify(v: &Bound<'_, PyAny>) -> PyResult<Kind> {
     if let Ok(f) = v.downcast_exact::<PyFloat>() {
-        return Ok(Some(f.value()));
+        return Ok(Kind::Number(f.value()));
     }
     if let Ok(b) = v.downcast_exact::<PyBool>() {
-        return Ok(Some(if b.is_true() { 1.0 } else { 0.0 }));
+        return Ok(Kind::Number(if b.is_true() { 1.0 } else { 0.0 }));
     }
     if v.downcast_exact::<PyInt>().is_ok() {
-        return Ok(Some(v.extract::<f64>()?));
+        return Ok(Kind::Number(v.extract::<f64>()?));
     }
     let py = v.py();
     if v.hasattr(intern!(py, "asnumpy"))? || v.hasattr(intern!(py, "detach"))? {
-        return Ok(None);
+        return Ok(Kind::Later);
+    }
+    if samples::is_sample(v)? {
+        return Ok(Kind::Sample);
     }
     // numpy scalars and anything else with __float__
-    v.extract::<f64>().map(Some).map_err(|_| {
+    v.extract::<f64>().map(Kind::Number).map_err(|_| {
         PyTypeError::new_err(format!(
             "metric values must be numbers or scalar tensors, not {}",
             v.get_type()
@@ -108,6 +122,10 @@ struct Run {
     next_step: i64,
     /// Values whose conversion failed; skipped rather than stopping training.
     unconvertible: u64,
+    /// Samples refused here (too big, a ragged table...), each with a warning.
+    bad_samples: u64,
+    /// The console, captured while the run lasts (`console=True`).
+    console: Option<stepstream_collector::console::Capture>,
     /// Metric names by the address of the `str` object that carried them: a training loop
     /// passes the same (interned) key objects every step, and reading a `str`'s text
     /// through the stable ABI costs an allocation. Holding the object keeps the address valid.
@@ -153,9 +171,9 @@ impl Run {
             if k.as_ptr() as usize != addr {
                 return Ok(false);
             }
-            match number(&v)? {
-                Some(f) => ids.push((id, f)),
-                None => return Ok(false),
+            match classify(&v)? {
+                Kind::Number(f) => ids.push((id, f)),
+                Kind::Later | Kind::Sample => return Ok(false),
             }
         }
         Ok(true)
@@ -168,6 +186,38 @@ impl Run {
             name.id = c.metric_id(&name.text);
         }
         name.id
+    }
+
+    /// Sends a record's samples (a bad one is a warning, not an error).
+    fn log_samples(
+        &mut self,
+        py: Python<'_>,
+        c: &Collector,
+        step: i64,
+        wall_time: f64,
+        found: &[(String, Bound<'_, PyAny>)],
+    ) {
+        let limits = stepstream_protocol::Limits::default();
+        for (key, v) in found {
+            let checked = samples::body(key, v).and_then(|body| {
+                let item = stepstream_protocol::Item {
+                    step,
+                    wall_time,
+                    key: key.clone(),
+                    body,
+                };
+                item.check(&limits).map(|()| item)
+            });
+            match checked {
+                Ok(item) => {
+                    c.log_item_at(item.step, item.wall_time, &item.key, item.body);
+                }
+                Err(why) => {
+                    self.bad_samples += 1;
+                    samples::warn(py, &why);
+                }
+            }
+        }
     }
 
     /// Converts and sends the held records; `keep_newest` keeps the last one held: its
@@ -217,9 +267,10 @@ impl Run {
         token = None, rank = 0, world_size = 1, archive_dir = None, archive_tag = String::new(),
         flush_every = 10, defer_every = 10, system_interval = None, memory_records = 500_000,
         spool_dir = None, job = None, framework = String::new(), ca_file = None,
-        linger_ms = 40.0))]
+        linger_ms = 40.0, console = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         hub: &str,
         project: &str,
         name: &str,
@@ -239,6 +290,7 @@ impl Run {
         framework: String,
         ca_file: Option<std::path::PathBuf>,
         linger_ms: f64,
+        console: bool,
     ) -> PyResult<Self> {
         let mut o = Options::new(hub, project, name);
         o.linger = Duration::try_from_secs_f64(linger_ms / 1e3)
@@ -267,6 +319,21 @@ impl Run {
         o.spool_dir = spool_dir;
         let collector =
             Arc::new(Collector::start(o).map_err(|e| PyValueError::new_err(e.to_string()))?);
+        let console = if console {
+            match collector.capture_console() {
+                Ok(capture) => Some(capture),
+                // The process's console goes to the run that captured it first.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                Err(e) => {
+                    // The training goes on without it; the reason is kept.
+                    let why = format!("stepstream: cannot capture the console: {e}");
+                    samples::warn(py, &why);
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let sampler = system_interval
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
             .filter(|d| !d.is_zero())
@@ -277,6 +344,8 @@ impl Run {
             defer_every: defer_every.max(1),
             next_step: 0,
             unconvertible: 0,
+            bad_samples: 0,
+            console,
             names: FxHashMap::default(),
             shape: Vec::new(),
             scratch: Vec::new(),
@@ -324,18 +393,30 @@ impl Run {
         let mut keys: Vec<usize> = Vec::with_capacity(metrics.len());
         let mut numbers: Vec<f64> = Vec::with_capacity(metrics.len());
         let mut later = false;
+        let mut samples = Vec::new();
         for (k, v) in metrics.iter() {
             let k = k
                 .downcast_into::<PyString>()
                 .map_err(|_| PyTypeError::new_err("metric names must be str"))?;
-            match number(&v)? {
-                Some(f) => numbers.push(f),
-                None => {
+            match classify(&v)? {
+                Kind::Number(f) => numbers.push(f),
+                Kind::Later => {
                     later = true;
                     break;
                 }
+                Kind::Sample => {
+                    samples.push((k.to_cow()?.into_owned(), v));
+                    continue;
+                }
             }
             keys.push(self.name_of(&k)?);
+        }
+        if !later {
+            self.log_samples(py, &c, step, wall_time, &samples);
+        }
+        if !later && self.held.is_empty() && keys.is_empty() && !samples.is_empty() {
+            // Only samples: no empty record beside them.
+            return Ok(());
         }
         if !later && self.held.is_empty() {
             // Ids cached per key object, no name hashed.
@@ -363,15 +444,24 @@ impl Run {
         }
         // Hold the whole record (keeping step order) until the batch is converted.
         let mut values = Vec::with_capacity(metrics.len());
+        let mut samples = Vec::new();
         for (k, v) in metrics.iter() {
-            let key = self.name_of(&k.downcast_into::<PyString>()?)?;
-            let name = self.names[&key].text.clone();
-            let value = match number(&v)? {
-                Some(f) => Value::Number(f),
-                None => Value::Later(v.unbind()),
+            let k = k.downcast_into::<PyString>()?;
+            let value = match classify(&v)? {
+                Kind::Number(f) => Value::Number(f),
+                Kind::Later => Value::Later(v.unbind()),
+                Kind::Sample => {
+                    if later {
+                        samples.push((k.to_cow()?.into_owned(), v));
+                    }
+                    continue;
+                }
             };
+            let key = self.name_of(&k)?;
+            let name = self.names[&key].text.clone();
             values.push((name, value));
         }
+        self.log_samples(py, &c, step, wall_time, &samples);
         self.held.push(Held {
             step,
             wall_time,
@@ -379,6 +469,27 @@ impl Run {
         });
         if self.held.len() > self.defer_every {
             self.release(py, true);
+        }
+        Ok(())
+    }
+
+    /// Adds `text` to the run's console as lines of `stream` (`stdout` or `stderr`), as if
+    /// printed: for what is printed only after the run ends (a traceback).
+    #[pyo3(signature = (text, stream = "stdout"))]
+    fn console_write(&self, text: &str, stream: &str) -> PyResult<()> {
+        let stream = stepstream_protocol::Stream::parse(stream).ok_or_else(|| {
+            PyValueError::new_err(format!("stream must be stdout or stderr, not {stream:?}"))
+        })?;
+        if let Some(c) = &self.collector {
+            for line in text.lines() {
+                c.log_item(
+                    "",
+                    stepstream_protocol::ItemBody::Line {
+                        stream,
+                        text: line.replace('\0', "\u{fffd}"),
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -413,6 +524,17 @@ impl Run {
         };
         self.release(py, false);
         self.sampler = None;
+        if let Some(capture) = self.console.take() {
+            // What Python still buffers goes out first, then the readers drain the pipes.
+            if let Ok(sys) = py.import(intern!(py, "sys")) {
+                for stream in [intern!(py, "stdout"), intern!(py, "stderr")] {
+                    if let Ok(s) = sys.getattr(stream) {
+                        let _ = s.call_method0(intern!(py, "flush"));
+                    }
+                }
+            }
+            py.allow_threads(|| capture.stop());
+        }
         let report = dict(py)?;
         let Some(c) = self.collector.take() else {
             report.set_item("delivered", false)?;
@@ -433,6 +555,9 @@ impl Run {
         report.set_item("refused", r.refused)?;
         report.set_item("lost", r.lost)?;
         report.set_item("unconvertible", self.unconvertible)?;
+        report.set_item("items_acked", r.items_acked)?;
+        report.set_item("items_dropped", r.items_dropped)?;
+        report.set_item("items_refused", r.items_refused + self.bad_samples)?;
         Ok(report)
     }
 

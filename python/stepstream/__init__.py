@@ -31,8 +31,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ._stepstream import PROTOCOL_VERSION, __version__
 from ._stepstream import Run as _NativeRun
+from ._samples import Table, Text
 
-__all__ = ["init", "Run", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+__all__ = ["init", "Run", "Text", "Table", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
 
 
 def chart(run, metric="loss", **options):
@@ -77,14 +78,16 @@ class Run:
             self.log = native.log  # type: ignore[method-assign]
             self.flush = native.flush  # type: ignore[method-assign]
             atexit.register(self._at_exit)
-            # An uncaught exception ends the run as failed, with its text, not as finished.
+            # An uncaught exception ends the run as failed, with its text and where it was
+            # raised, not as finished. The traceback is printed first, so a captured console
+            # holds it too.
             previous = sys.excepthook
 
             def hook(exc_type, exc, tb):
+                previous(exc_type, exc, tb)
                 if not self._ended:
                     status = "killed" if issubclass(exc_type, KeyboardInterrupt) else "failed"
-                    self.finish(status, f"{exc_type.__name__}: {exc}", timeout=5.0)
-                previous(exc_type, exc, tb)
+                    self.finish(status, _failure(exc_type, exc, tb), timeout=5.0)
 
             sys.excepthook = hook
         self.started = time.time()
@@ -148,8 +151,26 @@ class Run:
         elif issubclass(exc_type, KeyboardInterrupt):
             self.finish("killed", "KeyboardInterrupt")
         else:
-            self.finish("failed", f"{exc_type.__name__}: {exc}")
+            # The traceback goes into the run's console now: Python prints it only once the
+            # exception reaches the top, after the run (and its capture) ended.
+            import traceback
+
+            if self._native is not None and not self._ended:
+                text = "".join(traceback.format_exception(exc_type, exc, tb))
+                self._native.console_write(text, "stderr")
+            self.finish("failed", _failure(exc_type, exc, tb))
         return False
+
+
+def _failure(exc_type, exc, tb) -> str:
+    """A failed run's status message: the exception and where it was raised."""
+    text = f"{exc_type.__name__}: {exc}"
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        code = tb.tb_frame.f_code
+        text += f" (at {os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name})"
+    return text
 
 
 def _jsonable(value: Any) -> Any:
@@ -185,6 +206,7 @@ def init(
     framework: str = "",
     ca_file: Optional[str] = None,
     linger_ms: float = 40.0,
+    console: Optional[bool] = None,
 ) -> Run:
     """Starts a run. Returns at once; connecting happens in the background.
 
@@ -205,6 +227,9 @@ def init(
     linger_ms: how long a record may wait for others to share its batch (0 to 60000; a full
         batch, ``run.flush()`` and ``finish`` send at once). At many steps a second the hub
         does far less work per record; 0 sends each record as it is logged.
+    console: capture this process's stdout and stderr (at the file-descriptor level, so C and
+        C++ output too; the terminal still sees all of it) as the run's console. Default: on
+        for the reporting rank(s), off inside a Jupyter kernel (which has its own capture).
     """
     rank, world_size, _local = detect_rank()
     if rank != 0 and not all_ranks:
@@ -222,6 +247,11 @@ def init(
         if run_id:
             run_id = f"{run_id}-r{rank}"
     config_json = json.dumps(_jsonable(dict(config or {})), default=str, sort_keys=True, allow_nan=False)
+    if console is None:
+        console = "ipykernel" not in sys.modules
+    if console:
+        sys.stdout.flush()
+        sys.stderr.flush()
     if spool_dir is None and archive_dir is not None:
         spool_dir = os.path.join(archive_dir, ".spool")
     native = _NativeRun(
@@ -244,6 +274,7 @@ def init(
         framework=framework,
         ca_file=ca_file or os.environ.get("STEPSTREAM_CA_FILE"),
         linger_ms=linger_ms,
+        console=bool(console),
     )
     run = Run(native, rank, world_size)
     run.hub = hub

@@ -95,7 +95,9 @@ pub fn AlertList(ctx: Ctx) -> impl IntoView {
                 {move || items().into_iter().map(|(name, a)| {
                     let state = if a.fired { "fired" } else { "resolved" };
                     view! {
-                        <li class=format!("alert {state}") data-rule=a.rule.clone() data-step=a.step.to_string() data-state=state>
+                        <li class=format!("alert {state}") data-rule=a.rule.clone() data-step=a.step.to_string() data-state=state
+                            title="show the console at this step"
+                            on:click=move |_| ctx.console_step.set(Some(a.step))>
                             <b>{a.rule.clone()}</b>" · "{name}" · step "{a.step}" · "{a.message.clone()}
                         </li>
                     }

@@ -1,0 +1,92 @@
+//! Samples handed to `Run.log` beside scalars: `stepstream.Text` and `stepstream.Table`
+//! (Python objects with a `__stepstream_sample__` method), turned into the protocol's items.
+//! A bad one (too big, a ragged table, a NUL) is a `UserWarning` naming what is wrong, and the
+//! rest of the record is logged: a sample never stops a training.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyString};
+use stepstream_protocol::{Cell, ItemBody, Limits};
+
+/// Whether `v` is a sample rather than a number or a tensor.
+pub fn is_sample(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.hasattr(intern!(v.py(), "__stepstream_sample__"))
+}
+
+/// The sample's item body, or why it is not one.
+pub fn body(key: &str, v: &Bound<'_, PyAny>) -> Result<ItemBody, String> {
+    let py = v.py();
+    let described = v
+        .call_method0(intern!(py, "__stepstream_sample__"))
+        .map_err(|e| format!("sample {key:?}: {e}"))?;
+    let kind: String = described
+        .get_item(0)
+        .and_then(|k| k.extract())
+        .map_err(|e| format!("sample {key:?}: {e}"))?;
+    match kind.as_str() {
+        "text" => {
+            let text = described.get_item(1).map_err(|e| e.to_string())?;
+            let text = text
+                .downcast::<PyString>()
+                .map_err(|_| format!("text sample {key:?} is not a str"))?;
+            // Refused before copying: a 1 GB string is not copied to be refused.
+            let len = text.len().map_err(|e| e.to_string())?;
+            let most = Limits::default().item_bytes as usize;
+            if len > most {
+                return Err(format!(
+                    "text sample {key:?} is {len} characters; a sample holds at most {most} bytes \
+                     (limit item_bytes)"
+                ));
+            }
+            Ok(ItemBody::Text(
+                text.to_cow().map_err(|e| e.to_string())?.into_owned(),
+            ))
+        }
+        "table" => {
+            let columns: Vec<String> = described
+                .get_item(1)
+                .and_then(|c| c.extract())
+                .map_err(|_| format!("table {key:?}: columns must be a list of str"))?;
+            let rows = described.get_item(2).map_err(|e| e.to_string())?;
+            let mut out = Vec::new();
+            for (i, row) in rows
+                .try_iter()
+                .map_err(|_| format!("table {key:?}: rows must be a list of lists"))?
+                .enumerate()
+            {
+                let row = row.map_err(|e| e.to_string())?;
+                let mut cells = Vec::new();
+                for cell in row
+                    .try_iter()
+                    .map_err(|_| format!("table {key:?}: row {i} is not a list"))?
+                {
+                    cells.push(cell_of(&cell.map_err(|e| e.to_string())?));
+                }
+                out.push(cells);
+            }
+            Ok(ItemBody::Table { columns, rows: out })
+        }
+        other => Err(format!("sample {key:?} of unknown kind {other:?}")),
+    }
+}
+
+/// A table cell: numbers stay numbers (NaN included), anything else is its `str`.
+fn cell_of(v: &Bound<'_, PyAny>) -> Cell {
+    if v.downcast::<PyFloat>().is_ok() || v.downcast::<PyInt>().is_ok() {
+        if let Ok(f) = v.extract::<f64>() {
+            return Cell::Number(f);
+        }
+    }
+    if let Ok(s) = v.downcast::<PyString>() {
+        return Cell::Text(s.to_cow().map(|c| c.into_owned()).unwrap_or_default());
+    }
+    Cell::Text(v.str().map(|s| s.to_string()).unwrap_or_default())
+}
+
+/// Says what is wrong with a sample without raising: a `UserWarning`.
+pub fn warn(py: Python<'_>, why: &str) {
+    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+    let message = std::ffi::CString::new(format!("stepstream: {why}; the sample is not sent"))
+        .unwrap_or_default();
+    let _ = PyErr::warn(py, &category, &message, 1);
+}
