@@ -261,3 +261,50 @@ def test_a_mail_password_without_tls_is_refused_at_start(tmp_path):
     out = subprocess.run([binary(), "serve", "--bind", "127.0.0.1:0",
                           "--alerts", str(config)], capture_output=True, text=True, timeout=30)
     assert out.returncode != 0 and "needs tls" in out.stderr, out.stderr
+
+
+def test_a_failed_run_is_notified_with_its_last_console_lines(make_hub, tmp_path):
+    http = Receiver()
+    base = f"http://127.0.0.1:{http.port}"
+    config = tmp_path / "alerts.toml"
+    config.write_text(f"""
+public_url = "http://hub.example:7070"
+[[channels]]
+kind = "webhook"
+url = "{base}/hook"
+[[channels]]
+kind = "dingtalk"
+url = "{base}/ding?access_token=T"
+""")
+    hub = make_hub("--alerts", str(config))
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import sys, stepstream\n"
+        "run = stepstream.init(hub=sys.argv[1], project='alerts', name='crash', run_id='crash-1',\n"
+        "                      archive_dir=None, system_metrics=False)\n"
+        "for step in range(5):\n"
+        "    run.log({'loss': 1.0}, step=step)\n"
+        "    print(f'step {step}: loss 1.0', flush=True)\n"
+        "def forward():\n"
+        "    print('about to fail **now** <@all>', flush=True)\n"
+        "    raise MemoryError('out of device memory in forward')\n"
+        "forward()\n"
+    )
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, str(script), hub.url], capture_output=True, timeout=120)
+    assert proc.returncode == 1
+    hub.wait("the failure's notice", lambda: http.at("/hook") and http.at("/ding"), timeout=15)
+    body = http.at("/hook")[0][2]
+    assert body["rule"] == "run_failed" and body["state"] == "fired" and body["run_id"] == "crash-1"
+    assert body["link"] == "http://hub.example:7070/?run=crash-1"
+    message = body["message"]
+    assert message.startswith("MemoryError: out of device memory in forward (at crash.py:")
+    # The last lines of the console: the traceback's end and what was printed before it.
+    assert "MemoryError: out of device memory in forward" in message.split("last lines of its console:")[1]
+    assert "raise MemoryError" in message and "about to fail **now** <@all>" in message
+    # A robot's markdown gets the lines made inert: no emphasis, no mention of everyone.
+    ding = http.at("/ding")[0][2]["markdown"]["text"]
+    assert "about to fail \\*\\*now\\*\\* &lt;@all&gt;" in ding, ding
+    assert "<@all>" not in ding
+    assert hub.run("crash-1")["status"] == "failed"

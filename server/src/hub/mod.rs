@@ -501,11 +501,60 @@ impl Hub {
             at: now,
         };
         // Through the announcer, after any status change the clock made before.
-        self.announce(run, None, announce::News::Status(change))
+        self.announce(run, None, announce::News::Status(change.clone()))
             .await;
+        if status == RunStatus::Failed {
+            self.failed(run, change.message.unwrap_or_default()).await;
+        }
         Ok(())
     }
+
+    /// A run failed: an alert (`run_failed`) on every channel, with the failure's message and
+    /// the last lines of the run's console.
+    async fn failed(&self, run: &Arc<Run>, why: String) {
+        let step = run.state(|st| st.tail.last_step.unwrap_or(0));
+        let query = crate::store::ItemQuery::console((i64::MIN, i64::MAX), true);
+        let last = self
+            .store
+            .items(run.key, query, Vec::new(), |lines: &mut Vec<String>, item| {
+                let mut text = item.body;
+                truncate(&mut text, FAILED_LINE_BYTES);
+                lines.push(text);
+                if lines.len() < FAILED_LINES {
+                    std::ops::ControlFlow::Continue(())
+                } else {
+                    std::ops::ControlFlow::Break(())
+                }
+            })
+            .await
+            .unwrap_or_default();
+        let mut message = if why.is_empty() {
+            "the run failed".to_string()
+        } else {
+            why
+        };
+        if !last.is_empty() {
+            message.push_str("\nlast lines of its console:");
+            for line in last.iter().rev() {
+                message.push_str("\n  ");
+                message.push_str(line);
+            }
+        }
+        self.judge(Job::Event {
+            run: run.clone(),
+            event: crate::alerts::Event::Fired {
+                rule: "run_failed",
+                step,
+                value: f64::NAN,
+                message,
+            },
+        });
+    }
 }
+
+/// Console lines a failed run's notice carries, at most, and bytes of each.
+const FAILED_LINES: usize = 8;
+const FAILED_LINE_BYTES: usize = 300;
 
 /// Sends a stored batch to the run's viewers: encoded once for every viewer that takes the
 /// whole batch, not at all when nobody watches the run.
