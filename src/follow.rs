@@ -169,7 +169,19 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
         "stepstream tail: {} rows read, {} bad rows skipped, {} already on the hub",
         report.rows, report.bad_rows, report.skipped,
     );
+    if report.console_lines > 0 {
+        eprintln!(
+            "stepstream tail: {} of {} log lines stored as the run's console",
+            sent.items_acked, report.console_lines
+        );
+    }
     let mut problems = stored_or_not("tail", &report.logged, &sent, last_error);
+    if sent.items_acked < report.console_lines {
+        problems.push(format!(
+            "{} log lines were not stored as the run's console",
+            report.console_lines - sent.items_acked
+        ));
+    }
     if report.bad_rows > 0 {
         problems.push(format!(
             "{} lines that look like records could not be read (each reported above) and \

@@ -8,7 +8,6 @@ use crate::i18n::{t, Text};
 use crate::state::{Ctx, Hover};
 use leptos::html;
 use leptos::prelude::*;
-use wasm_bindgen::JsCast;
 
 /// Lines drawn at once, at most (the newest that pass the filters).
 const SHOWN: usize = 2_000;

@@ -39,6 +39,8 @@ pub struct TailReport {
     pub skipped: u64,
     /// Values handed to the collector, per metric: what the hub must acknowledge.
     pub logged: std::collections::BTreeMap<String, u64>,
+    /// Lines of a log forwarded as the run's console (every line a MindFormers log holds).
+    pub console_lines: u64,
 }
 
 /// One parsed data row.
@@ -235,6 +237,7 @@ pub fn tail(
         line_no: 0,
         catching_up: after_step,
         open: None,
+        last_step: None,
         report: TailReport::default(),
     };
     let mut pending = Vec::<u8>::new();
@@ -340,6 +343,8 @@ struct Rows<'a> {
     catching_up: Option<i64>,
     /// The record being gathered (rows of one step merged).
     open: Option<Row>,
+    /// The step of the last record sent.
+    last_step: Option<i64>,
     report: TailReport,
 }
 
@@ -352,7 +357,29 @@ impl Rows<'_> {
         self.catching_up = None;
     }
 
+    /// Reads one line; a log's every line also goes on as the run's console, at the step of
+    /// the record it belongs to (a resumed tail skips those the hub had).
     fn line(&mut self, line: &str) -> Result<(), TailError> {
+        self.parse(line)?;
+        if self.format == Format::MindFormers && self.catching_up.is_none() {
+            let step = self
+                .open
+                .as_ref()
+                .map(|o| o.step)
+                .or(self.last_step)
+                .unwrap_or(0);
+            let body = stepstream_protocol::ItemBody::Line {
+                stream: stepstream_protocol::Stream::Stdout,
+                text: line.replace('\0', "\u{fffd}"),
+            };
+            self.collector
+                .log_item_at(step, stepstream_protocol::unix_now(), "", body);
+            self.report.console_lines += 1;
+        }
+        Ok(())
+    }
+
+    fn parse(&mut self, line: &str) -> Result<(), TailError> {
         self.line_no += 1;
         if line.trim().is_empty() {
             return Ok(());
@@ -458,6 +485,7 @@ impl Rows<'_> {
         let Some(row) = self.open.take() else {
             return;
         };
+        self.last_step = Some(row.step);
         let names: &[String] = match (self.format, self.parser.as_ref()) {
             (Format::Csv, Some(p)) => &p.columns,
             (Format::Csv, None) => return,

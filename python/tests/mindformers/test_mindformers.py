@@ -147,6 +147,21 @@ def test_callback_tail_of_both_log_shapes_and_import_against_what_mindformers_wr
         assert_series(hub, run_id, "global_norm", expected["global_norm"], rel=0)
         assert_series(hub, run_id, "loss_scale", expected["loss_scale"], rel=0)
         assert hub.run(run_id)["records"] == 40
+        # Every line of the log is the run's console, in order, each at its record's step.
+        path = console if name == "console" else info
+        got = hub.api(f"/api/runs/{run_id}/console?from_step=0&limit=100000")["lines"]
+        assert [l["text"] for l in got] == path.read_text(errors="replace").splitlines()
+        assert f"of {len(got)} log lines stored" in err, err
+        at = {l["text"]: l["step"] for l in got}
+        first = next(l for l in at if "step:[" in l and "loss:" in l)
+        assert at[first] == 1, (first, at[first])
+
+    # MindSpore's own (C++) log lines reach our callback's run through its console capture.
+    printed = console.read_text(errors="replace").splitlines()
+    native = [l for l in printed if l.startswith("[WARNING] ") or l.startswith("[ERROR] ")]
+    captured = {l["text"] for l in hub.api("/api/runs/mf-callback/console?from_step=0&limit=100000")["lines"]}
+    late = [l for l in native if l in captured]
+    assert late, ("no MindSpore C++ line in the callback's console", native[:5], sorted(captured)[:5])
 
     # A tail of the finished file log (not following) and its repeat, which sends nothing twice.
     for attempt in range(2):

@@ -516,16 +516,21 @@ impl Hub {
         let query = crate::store::ItemQuery::console((i64::MIN, i64::MAX), true);
         let last = self
             .store
-            .items(run.key, query, Vec::new(), |lines: &mut Vec<String>, item| {
-                let mut text = item.body;
-                truncate(&mut text, FAILED_LINE_BYTES);
-                lines.push(text);
-                if lines.len() < FAILED_LINES {
-                    std::ops::ControlFlow::Continue(())
-                } else {
-                    std::ops::ControlFlow::Break(())
-                }
-            })
+            .items(
+                run.key,
+                query,
+                Vec::new(),
+                |lines: &mut Vec<String>, item| {
+                    let mut text = item.body;
+                    truncate(&mut text, FAILED_LINE_BYTES);
+                    lines.push(text);
+                    if lines.len() < FAILED_LINES {
+                        std::ops::ControlFlow::Continue(())
+                    } else {
+                        std::ops::ControlFlow::Break(())
+                    }
+                },
+            )
             .await
             .unwrap_or_default();
         let mut message = if why.is_empty() {
