@@ -398,3 +398,123 @@ fn the_console_panel_follows_live_searches_and_links_with_the_charts() {
     page.screenshot("console-at-step");
     run.finish(Outcome::Finished);
 }
+
+/// The sample panels: a key's samples of two runs side by side at the slider's step, "latest"
+/// following a new sample live, a table drawn as one, a text diff between two steps; and
+/// the time a step change takes over 1,000 steps of text (printed; the issue's bar is 50 ms).
+#[test]
+fn sample_panels_browse_steps_side_by_side_follow_live_and_diff() {
+    use crate::browser::Browser;
+    let hub = Hub::start(&[]);
+    let mut runs = Vec::new();
+    for name in ["gen-a", "gen-b"] {
+        let mut o = Options::new(&hub.ws(), "web", name);
+        o.run_id = Some(RunId::new(name).unwrap());
+        let run = Collector::start(o).unwrap();
+        for step in 0..1000i64 {
+            run.log(step, &[("loss", 1.0)]);
+            let text = format!("{name} at {step}\nthe cat sat\nline {}", step % 7);
+            run.log_item_at(step, unix_now(), "generation", ItemBody::Text(text));
+        }
+        run.log_item_at(
+            999,
+            unix_now(),
+            "rollouts",
+            ItemBody::Table {
+                columns: vec!["prompt".into(), "reward".into()],
+                rows: vec![vec![Cell::Text(format!("{name}?")), Cell::Number(0.25)]],
+            },
+        );
+        run.flush();
+        runs.push(run);
+    }
+    for run in &runs {
+        wait_for("samples stored", Duration::from_secs(20), || {
+            (run.acknowledged() == 1000).then_some(())
+        });
+    }
+    let mut page = Browser::open(&format!("http://{}/?lang=en&runs=gen-a,gen-b", hub.addr()));
+    page.wait(
+        "both panels at the latest step",
+        Duration::from_secs(20),
+        "(() => { const p = document.querySelector('.sample-panel[data-key=\"generation\"]'); \
+         return p && p.dataset.step == '999' && p.querySelectorAll('.sample-run pre').length == 2 \
+         && document.querySelector('.sample-panel[data-key=\"rollouts\"] td') != null; })()",
+    );
+    let texts = page.eval(
+        "[...document.querySelectorAll('.sample-panel[data-key=\"generation\"] .sample-run pre')]\
+         .map(e => e.textContent)",
+    );
+    assert_eq!(texts[0], "gen-a at 999\nthe cat sat\nline 5");
+    assert_eq!(texts[1], "gen-b at 999\nthe cat sat\nline 5");
+    let cells = page.eval(
+        "[...document.querySelectorAll('.sample-panel[data-key=\"rollouts\"] td')].map(e => e.textContent)",
+    );
+    assert_eq!(cells[0], "gen-a?");
+    // The slider: step 500 in both runs; the time of each step change, measured.
+    let ms = page.eval(
+        "(() => { const s = document.querySelector('.sample-panel[data-key=\"generation\"] .sample-slider'); \
+         const times = []; for (let i = 400; i <= 500; i++) { const t0 = performance.now(); \
+         s.value = String(i); s.dispatchEvent(new Event('input')); \
+         document.querySelector('.sample-panel[data-key=\"generation\"] .sample-run pre').textContent; \
+         times.push(performance.now() - t0); } times.sort((a, b) => a - b); \
+         return [times[50], times[99]]; })()",
+    );
+    println!(
+        "sample slider step change: median {} ms, p99 {} ms",
+        ms[0], ms[1]
+    );
+    let at = page.eval(
+        "[...document.querySelectorAll('.sample-panel[data-key=\"generation\"] .sample-run pre')]\
+         .map(e => e.textContent.split('\\n')[0])",
+    );
+    assert_eq!(at, serde_json::json!(["gen-a at 500", "gen-b at 500"]));
+    // "latest" again, and a new sample arrives live.
+    page.eval(
+        "document.querySelector('.sample-panel[data-key=\"generation\"] .sample-latest').click()",
+    );
+    runs[0].log(1000, &[("loss", 1.0)]);
+    runs[0].log_item_at(
+        1000,
+        unix_now(),
+        "generation",
+        ItemBody::Text("gen-a at 1000\nthe dog sat".into()),
+    );
+    runs[0].flush();
+    page.wait(
+        "the live sample shown",
+        Duration::from_secs(10),
+        "(() => { const p = document.querySelector('.sample-panel[data-key=\"generation\"]'); \
+         return p.dataset.step == '1000' && \
+         p.querySelector('.sample-run pre').textContent.startsWith('gen-a at 1000'); })()",
+    );
+    // gen-b has nothing at 1000: its last sample before it shows, marked with its step.
+    assert_eq!(
+        page.eval("document.querySelectorAll('.sample-panel[data-key=\"generation\"] .sample-run')[1].dataset.at"),
+        "999"
+    );
+    // A diff of gen-a between 999 and 1000.
+    page.eval(
+        "document.querySelector('.sample-panel[data-key=\"generation\"] .sample-diff').click()",
+    );
+    let lines = page.wait(
+        "the diff",
+        Duration::from_secs(5),
+        "(() => { const l = [...document.querySelectorAll('.sample-diff-view .diff-line')]\
+         .map(e => e.textContent); return l.length ? l : null; })()",
+    );
+    assert_eq!(
+        lines,
+        serde_json::json!([
+            "- gen-a at 999",
+            "- the cat sat",
+            "- line 5",
+            "+ gen-a at 1000",
+            "+ the dog sat"
+        ])
+    );
+    page.screenshot("samples");
+    for run in runs {
+        run.finish(Outcome::Finished);
+    }
+}

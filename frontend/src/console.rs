@@ -57,6 +57,15 @@ fn insert(run: &RunId, lines: impl IntoIterator<Item = Line>) {
 pub fn take_live() {
     let fresh = STORE.with(|s| std::mem::take(&mut s.borrow_mut().items));
     for (run, seq, items) in fresh {
+        // Samples are the sample panels'; lines keep their place in the batch.
+        let samples: Vec<_> = items
+            .iter()
+            .filter(|i| !matches!(i.body, ItemBody::Line { .. }))
+            .cloned()
+            .collect();
+        if !samples.is_empty() {
+            crate::samples::live(&run, samples);
+        }
         let lines: Vec<Line> = items
             .into_iter()
             .enumerate()

@@ -10,6 +10,7 @@
 //! * `view` — the view in the URL (runs, zoom, smoothing, axis, theme, language).
 //! * `groups` — which charts, in which group; `lines` — a chart's lines from the data.
 //! * `console` — the selected runs' console lines (history and live, keyed by batch).
+//! * `samples` — the selected runs' text and table samples, by key and step.
 //! * `frame` — the animation-frame loop; `interact` — zoom, pan and the crosshair.
 //! * `components` — the page's parts; `i18n` — English, Chinese.
 //!
@@ -27,6 +28,7 @@ pub mod interact;
 pub mod lines;
 pub mod page;
 pub mod pointer;
+pub mod samples;
 pub mod socket;
 pub mod state;
 pub mod view;
@@ -39,6 +41,7 @@ use components::console::ConsolePanel;
 use components::header::{AlertList, Header, Legend, StaleBanner};
 use components::panel::RunPanel;
 use components::runs::RunList;
+use components::samples::SamplePanels;
 use i18n::{t, Text};
 use leptos::prelude::*;
 use state::{mark_dirty, Ctx};
@@ -101,6 +104,7 @@ fn App() -> impl IntoView {
     socket::set(socket);
     every_frame(move || {
         console::publish(&ctx);
+        samples::publish(&ctx);
         frame::frame(&ctx);
     });
     let tick = Closure::<dyn FnMut()>::new(move || ctx.now.set(now_ms()));
@@ -160,6 +164,7 @@ fn App() -> impl IntoView {
                 </Show>
                 <ChartGroups ctx=ctx/>
                 <Show when=move || ctx.selected.with(|s| !s.is_empty())>
+                    <SamplePanels ctx=ctx/>
                     <ConsolePanel ctx=ctx/>
                 </Show>
             </section>

@@ -122,6 +122,8 @@ pub struct Ctx {
     pub console: RwSignal<u64>,
     /// The step the console shows (a click on a chart, a line or an alert); `None` follows.
     pub console_step: RwSignal<Option<i64>>,
+    /// Bumped when the selected runs' samples changed (`samples::publish`).
+    pub samples: RwSignal<u64>,
 }
 
 impl Ctx {
@@ -160,6 +162,7 @@ impl Ctx {
             hover: RwSignal::new(None),
             console: RwSignal::new(0),
             console_step: RwSignal::new(None),
+            samples: RwSignal::new(0),
         }
     }
 
@@ -263,6 +266,7 @@ impl Ctx {
             self.load_detail(run.clone());
         }
         crate::console::watch(&runs);
+        crate::samples::watch(&runs);
         self.selected.set(runs);
         self.refresh_charts();
     }
