@@ -7,7 +7,7 @@ use crate::state::Ctx;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use stepstream_protocol::{Cell as TableCell, Item, ItemBody, RunId};
+use stepstream_protocol::{Cell as TableCell, Histogram, Item, ItemBody, RunId};
 
 /// Samples of one key asked for at once, at most (the newest).
 const PAGE: usize = 1_000;
@@ -20,6 +20,7 @@ pub enum Body {
         columns: Vec<String>,
         rows: Vec<Vec<String>>,
     },
+    Histogram(Histogram),
 }
 
 #[derive(Default)]
@@ -70,6 +71,7 @@ pub fn live(run: &RunId, items: Vec<Item>) {
                     .map(|r| r.iter().map(cell_text).collect())
                     .collect(),
             },
+            ItemBody::Histogram(h) => Body::Histogram(h),
             ItemBody::Line { .. } => continue,
         };
         put(run, item.key, item.step, body);
@@ -103,6 +105,22 @@ fn body_of(kind: &str, v: &Value) -> Option<Body> {
                 })
                 .collect();
             Some(Body::Table { columns, rows })
+        }
+        "histogram" => {
+            let num = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            let count = |k: &str| v[k].as_f64().unwrap_or(0.0);
+            Some(Body::Histogram(Histogram {
+                lo: num("lo"),
+                hi: num("hi"),
+                counts: v["counts"]
+                    .as_array()?
+                    .iter()
+                    .map(|c| c.as_f64().unwrap_or(0.0))
+                    .collect(),
+                nan: count("nan"),
+                pos_inf: count("pos_inf"),
+                neg_inf: count("neg_inf"),
+            }))
         }
         _ => None,
     }
@@ -208,6 +226,42 @@ pub fn at(runs: &[RunId], key: &str, step: i64) -> Vec<(RunId, Option<(i64, Body
                 (r.clone(), found)
             })
             .collect()
+    })
+}
+
+/// Each run's histograms of `key`, by step.
+pub fn histograms(runs: &[RunId], key: &str) -> Vec<(RunId, Vec<(i64, Histogram)>)> {
+    HELD.with(|h| {
+        let h = h.borrow();
+        runs.iter()
+            .map(|r| {
+                let series =
+                    h.by.get(r)
+                        .and_then(|m| m.get(key))
+                        .map(|s| {
+                            s.iter()
+                                .filter_map(|(step, b)| match b {
+                                    Body::Histogram(h) => Some((*step, h.clone())),
+                                    _ => None,
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                (r.clone(), series)
+            })
+            .collect()
+    })
+}
+
+/// Whether `key`'s samples are histograms.
+pub fn is_histogram(key: &str) -> bool {
+    HELD.with(|h| {
+        h.borrow()
+            .by
+            .values()
+            .filter_map(|m| m.get(key))
+            .flat_map(|s| s.values())
+            .any(|b| matches!(b, Body::Histogram(_)))
     })
 }
 

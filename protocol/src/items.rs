@@ -49,7 +49,25 @@ pub enum ItemBody {
         columns: Vec<String>,
         rows: Vec<Vec<Cell>>,
     },
+    /// A distribution (a layer's weights or gradients): `counts[i]` values fell in the i-th
+    /// of `counts.len()` equal bins over `lo..=hi` (the finite values' range); non-finite
+    /// values are counted apart.
+    Histogram(Histogram),
 }
+
+/// See [`ItemBody::Histogram`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub lo: f64,
+    pub hi: f64,
+    pub counts: Vec<f64>,
+    pub nan: f64,
+    pub pos_inf: f64,
+    pub neg_inf: f64,
+}
+
+/// Bins of one histogram, at most.
+pub const MAX_BINS: usize = 4096;
 
 /// The kinds of items, as the store and the API name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -57,6 +75,7 @@ pub enum ItemKind {
     Line,
     Text,
     Table,
+    Histogram,
 }
 
 impl ItemKind {
@@ -65,6 +84,7 @@ impl ItemKind {
             ItemKind::Line => "console",
             ItemKind::Text => "text",
             ItemKind::Table => "table",
+            ItemKind::Histogram => "histogram",
         }
     }
 
@@ -74,6 +94,7 @@ impl ItemKind {
             ItemKind::Line => 1,
             ItemKind::Text => 2,
             ItemKind::Table => 3,
+            ItemKind::Histogram => 4,
         }
     }
 
@@ -82,6 +103,7 @@ impl ItemKind {
             1 => ItemKind::Line,
             2 => ItemKind::Text,
             3 => ItemKind::Table,
+            4 => ItemKind::Histogram,
             _ => return None,
         })
     }
@@ -104,6 +126,7 @@ impl Item {
             ItemBody::Line { .. } => ItemKind::Line,
             ItemBody::Text(_) => ItemKind::Text,
             ItemBody::Table { .. } => ItemKind::Table,
+            ItemBody::Histogram(_) => ItemKind::Histogram,
         }
     }
 
@@ -124,6 +147,7 @@ impl Item {
                             })
                             .sum::<usize>()
                 }
+                ItemBody::Histogram(h) => 8 * (h.counts.len() + 5),
             }
     }
 
@@ -134,6 +158,7 @@ impl Item {
                 ItemBody::Table { columns, rows } => {
                     10 * (columns.len() + rows.len() + rows.iter().map(Vec::len).sum::<usize>())
                 }
+                ItemBody::Histogram(h) => 10 + h.counts.len(),
                 _ => 10,
             }
     }
@@ -208,6 +233,37 @@ impl Item {
                     if nul(c) {
                         return Err(format!("table {:?} holds a NUL", self.key));
                     }
+                }
+            }
+            ItemBody::Histogram(h) => {
+                limits.check_name("a sample's key", &self.key)?;
+                if self.key.is_empty() {
+                    return Err("a histogram needs a key".into());
+                }
+                if h.counts.is_empty() || h.counts.len() > MAX_BINS {
+                    return Err(format!(
+                        "histogram {:?} has {} bins; 1 to {MAX_BINS}",
+                        self.key,
+                        h.counts.len()
+                    ));
+                }
+                let counts_ok = h
+                    .counts
+                    .iter()
+                    .chain([&h.nan, &h.pos_inf, &h.neg_inf])
+                    .all(|c| c.is_finite() && *c >= 0.0);
+                if !counts_ok {
+                    return Err(format!(
+                        "histogram {:?} has a count that is negative or not finite",
+                        self.key
+                    ));
+                }
+                let total: f64 = h.counts.iter().sum();
+                if total > 0.0 && !(h.lo.is_finite() && h.hi.is_finite() && h.lo <= h.hi) {
+                    return Err(format!(
+                        "histogram {:?} has no finite range ({} to {})",
+                        self.key, h.lo, h.hi
+                    ));
                 }
             }
         }

@@ -47,6 +47,19 @@ fn items(step: i64) -> Vec<Item> {
                 rows: vec![vec![Cell::Text("2+2=".into()), Cell::Number(0.5)]],
             },
         },
+        Item {
+            step,
+            wall_time: 1_764_700_001.25,
+            key: "grad/layer0".into(),
+            body: ItemBody::Histogram(Histogram {
+                lo: -0.5,
+                hi: 0.5,
+                counts: vec![1.0, 6.0, 1.0],
+                nan: 1.0,
+                pos_inf: 0.0,
+                neg_inf: 0.0,
+            }),
+        },
     ]
 }
 

@@ -37,6 +37,14 @@ struct Held {
     values: Vec<(String, Value)>,
 }
 
+/// A sample whose content waits on its device (a histogram): read with the held records.
+struct HeldItem {
+    step: i64,
+    wall_time: f64,
+    key: String,
+    pack: Py<PyAny>,
+}
+
 /// What a value handed to `log` is.
 enum Kind {
     Number(f64),
@@ -124,6 +132,8 @@ struct Run {
     unconvertible: u64,
     /// Samples refused here (too big, a ragged table...), each with a warning.
     bad_samples: u64,
+    /// Histograms whose packs are read with the next batch of held records.
+    held_items: Vec<HeldItem>,
     /// The console, captured while the run lasts (`console=True`).
     console: Option<stepstream_collector::console::Capture>,
     /// Metric names by the address of the `str` object that carried them: a training loop
@@ -199,6 +209,15 @@ impl Run {
     ) {
         let limits = stepstream_protocol::Limits::default();
         for (key, v) in found {
+            if let Some(pack) = samples::pack_of(v) {
+                self.held_items.push(HeldItem {
+                    step,
+                    wall_time,
+                    key: key.clone(),
+                    pack: pack.unbind(),
+                });
+                continue;
+            }
             let checked = samples::body(key, v).and_then(|body| {
                 let item = stepstream_protocol::Item {
                     step,
@@ -208,15 +227,51 @@ impl Run {
                 };
                 item.check(&limits).map(|()| item)
             });
-            match checked {
-                Ok(item) => {
-                    c.log_item_at(item.step, item.wall_time, &item.key, item.body);
-                }
-                Err(why) => {
-                    self.bad_samples += 1;
-                    samples::warn(py, &why);
-                }
+            self.send_item(py, c, checked);
+        }
+        if self.held_items.len() > self.defer_every {
+            self.release_items(py, c);
+        }
+    }
+
+    fn send_item(
+        &mut self,
+        py: Python<'_>,
+        c: &Collector,
+        checked: Result<stepstream_protocol::Item, String>,
+    ) {
+        match checked {
+            Ok(item) => {
+                c.log_item_at(item.step, item.wall_time, &item.key, item.body);
             }
+            Err(why) => {
+                self.bad_samples += 1;
+                samples::warn(py, &why);
+            }
+        }
+    }
+
+    /// Reads the held histograms' packs (one copy per device) and sends them.
+    fn release_items(&mut self, py: Python<'_>, c: &Collector) {
+        let held = std::mem::take(&mut self.held_items);
+        let packs: Vec<&Py<PyAny>> = held.iter().map(|h| &h.pack).collect();
+        let read = samples::read_packs(py, &packs);
+        let limits = stepstream_protocol::Limits::default();
+        for (h, pack) in held.iter().zip(read) {
+            let checked = pack
+                .as_deref()
+                .and_then(samples::histogram)
+                .ok_or_else(|| format!("histogram {:?} could not be read", h.key))
+                .and_then(|body| {
+                    let item = stepstream_protocol::Item {
+                        step: h.step,
+                        wall_time: h.wall_time,
+                        key: h.key.clone(),
+                        body,
+                    };
+                    item.check(&limits).map(|()| item)
+                });
+            self.send_item(py, c, checked);
         }
     }
 
@@ -226,8 +281,12 @@ impl Run {
     fn release(&mut self, py: Python<'_>, keep_newest: bool) {
         let Some(c) = self.collector.clone() else {
             self.held.clear();
+            self.held_items.clear();
             return;
         };
+        if !keep_newest {
+            self.release_items(py, &c);
+        }
         let newest = if keep_newest { self.held.pop() } else { None };
         let held = std::mem::take(&mut self.held);
         self.held.extend(newest);
@@ -345,6 +404,7 @@ impl Run {
             next_step: 0,
             unconvertible: 0,
             bad_samples: 0,
+            held_items: Vec::new(),
             console,
             names: FxHashMap::default(),
             shape: Vec::new(),
@@ -559,6 +619,17 @@ impl Run {
         report.set_item("items_dropped", r.items_dropped)?;
         report.set_item("items_refused", r.items_refused + self.bad_samples)?;
         Ok(report)
+    }
+
+    /// The step `log` uses when given none: the last logged step + 1.
+    #[getter]
+    fn next_step(&self) -> i64 {
+        self.next_step
+    }
+
+    #[setter]
+    fn set_next_step(&mut self, step: i64) {
+        self.next_step = step;
     }
 
     #[getter]

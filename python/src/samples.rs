@@ -83,6 +83,42 @@ fn cell_of(v: &Bound<'_, PyAny>) -> Cell {
     Cell::Text(v.str().map(|s| s.to_string()).unwrap_or_default())
 }
 
+/// A sample whose content is computed where its tensor lives (a histogram's pack): read
+/// with the held records, many at once, not when logged.
+pub fn pack_of<'py>(v: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    v.getattr(intern!(v.py(), "__stepstream_pack__")).ok()
+}
+
+/// A histogram from its pack read to the host: `[lo, hi, nan, +inf, -inf, counts...]`.
+pub fn histogram(pack: &[f64]) -> Option<ItemBody> {
+    let (head, counts) = pack.split_at_checked(5)?;
+    Some(ItemBody::Histogram(stepstream_protocol::Histogram {
+        lo: head[0],
+        hi: head[1],
+        nan: head[2],
+        pos_inf: head[3],
+        neg_inf: head[4],
+        counts: counts.to_vec(),
+    }))
+}
+
+/// Reads held packs to the host through `stepstream._tensors.to_lists` (one copy per device).
+pub fn read_packs(py: Python<'_>, packs: &[&Py<PyAny>]) -> Vec<Option<Vec<f64>>> {
+    if packs.is_empty() {
+        return Vec::new();
+    }
+    let read = (|| -> PyResult<Vec<Option<Vec<f64>>>> {
+        let list = pyo3::types::PyList::new(py, packs.iter().map(|o| o.bind(py)))?;
+        py.import(intern!(py, "stepstream._tensors"))?
+            .call_method1(intern!(py, "to_lists"), (list,))?
+            .extract()
+    })();
+    match read {
+        Ok(v) if v.len() == packs.len() => v,
+        _ => vec![None; packs.len()],
+    }
+}
+
 /// Says what is wrong with a sample without raising: a `UserWarning`.
 pub fn warn(py: Python<'_>, why: &str) {
     let category = py.get_type::<pyo3::exceptions::PyUserWarning>();

@@ -31,9 +31,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ._stepstream import PROTOCOL_VERSION, __version__
 from ._stepstream import Run as _NativeRun
-from ._samples import Table, Text
+from ._samples import Histogram, Table, Text
 
-__all__ = ["init", "Run", "Text", "Table", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+__all__ = ["init", "Run", "Text", "Table", "Histogram", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
 
 
 def chart(run, metric="loss", **options):
@@ -63,6 +63,14 @@ def detect_rank(env: Optional[Mapping[str, str]] = None) -> Tuple[int, int, int]
     local = _first_int(env, _LOCAL_VARS)
     rank = 0 if rank is None else rank
     return rank, max(size or 1, rank + 1), 0 if local is None else local
+
+
+_CURRENT: Optional["Run"] = None
+
+
+def current_run() -> Optional["Run"]:
+    """The run ``init`` started last in this process (``None`` before any)."""
+    return _CURRENT
 
 
 class Run:
@@ -98,6 +106,16 @@ class Run:
 
     def flush(self) -> None:
         """Sends what is queued now."""
+
+    @property
+    def next_step(self) -> int:
+        """The step ``log`` uses when given none: the last logged step + 1."""
+        return self._native.next_step if self._native is not None else 0
+
+    @next_step.setter
+    def next_step(self, step: int) -> None:
+        if self._native is not None:
+            self._native.next_step = step
 
     @property
     def active(self) -> bool:
@@ -278,4 +296,6 @@ def init(
     )
     run = Run(native, rank, world_size)
     run.hub = hub
+    global _CURRENT
+    _CURRENT = run
     return run

@@ -62,3 +62,81 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table(columns={self.columns!r}, rows=[{len(self.rows)} rows])"
+
+
+def _numpy_pack(x: Any, bins: int):
+    import numpy as np
+
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    finite = np.isfinite(a)
+    head = [0.0, 0.0, float(np.isnan(a).sum()), float(np.isposinf(a).sum()), float(np.isneginf(a).sum())]
+    if finite.any():
+        f = a[finite]
+        lo, hi = float(f.min()), float(f.max())
+        counts, _ = np.histogram(f, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, lo + 0.5))
+        if hi == lo:
+            lo, hi = lo - 0.5, lo + 0.5
+        head[0], head[1] = lo, hi
+        return np.concatenate([np.array(head), counts.astype(np.float64)])
+    return np.concatenate([np.array(head), np.zeros(bins)])
+
+
+def _torch_pack(t: Any, bins: int):
+    """The histogram computed on the tensor's device, with no host sync: ``[lo, hi, nan,
+    +inf, -inf, counts...]`` as one small tensor (read with the next batch of records)."""
+    import torch
+
+    x = t.detach().reshape(-1).to(torch.float32)
+    if x.numel() == 0:
+        return torch.zeros(5 + bins, dtype=torch.float32, device=x.device)
+    finite = torch.isfinite(x)
+    inf = torch.full((), float("inf"), device=x.device)
+    lo = torch.where(finite, x, inf).min()
+    hi = torch.where(finite, x, -inf).max()
+    # All equal: one bin around the value.
+    same = hi <= lo
+    lo = torch.where(same, lo - 0.5, lo)
+    hi = torch.where(same, hi + 0.5, hi)
+    safe = torch.where(finite, x, lo)
+    idx = ((safe - lo) / (hi - lo) * bins).to(torch.int64).clamp_(0, bins - 1)
+    counts = torch.zeros(bins, dtype=torch.float32, device=x.device)
+    counts.scatter_add_(0, idx, finite.to(torch.float32))
+    head = torch.stack([lo, hi, torch.isnan(x).sum().float(), torch.isposinf(x).sum().float(),
+                        torch.isneginf(x).sum().float()])
+    return torch.cat([head, counts])
+
+
+class Histogram:
+    """The distribution of a tensor's values (a layer's weights or gradients) in ``bins``
+    equal bins over its finite range, NaN and infinities counted apart. A PyTorch tensor's
+    is computed on its device with no host sync, and read with the next batch of records;
+    numpy arrays and lists on the host; MindSpore and Paddle tensors are read to the host
+    first (one copy each)."""
+
+    __slots__ = ("pack",)
+
+    def __init__(self, values: Any, bins: int = 64):
+        if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 4096:
+            raise ValueError(f"bins must be an int from 1 to 4096, not {bins!r}")
+        module = type(values).__module__.split(".", 1)[0]
+        if module == "torch":
+            self.pack = _torch_pack(values, bins)
+        elif module == "mindspore" and hasattr(values, "asnumpy"):
+            self.pack = _numpy_pack(values.asnumpy(), bins)
+        elif module == "paddle" and hasattr(values, "numpy"):
+            self.pack = _numpy_pack(values.numpy(), bins)
+        else:
+            try:
+                self.pack = _numpy_pack(values, bins)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"stepstream.Histogram takes a tensor, an array or numbers: {e}") from None
+
+    @property
+    def __stepstream_pack__(self):
+        return self.pack
+
+    def __stepstream_sample__(self):
+        return ("histogram", self.pack)
+
+    def __repr__(self) -> str:
+        return f"Histogram({int(self.pack.shape[0]) - 5} bins)"

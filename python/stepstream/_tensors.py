@@ -97,3 +97,30 @@ def to_floats(objs: List[Any]) -> List[Optional[float]]:
         for i, v in zip(idx, values):
             out[i] = v
     return out
+
+
+def to_lists(packs: List[Any]) -> List[Optional[List[float]]]:
+    """Each held pack (a 1-D tensor or array computed where its tensor lives: a histogram's
+    range, non-finite counts and bins) as a list of floats; torch packs of one device and
+    length are stacked and copied to the host at once (one sync per device)."""
+    out: List[Optional[List[float]]] = [None] * len(packs)
+    groups: dict = {}
+    for i, p in enumerate(packs):
+        if _framework(p) == "torch":
+            groups.setdefault((_device(p), tuple(p.shape)), []).append(i)
+        else:
+            try:
+                out[i] = [float(v) for v in (p.tolist() if hasattr(p, "tolist") else p)]
+            except Exception:  # noqa: BLE001 - one bad pack must not stop training
+                out[i] = None
+    for _key, idx in groups.items():
+        import torch
+
+        try:
+            rows = torch.stack([packs[i].detach().to(torch.float64) for i in idx]).cpu().tolist()
+            stats["host_copies"] += 1
+        except Exception:  # noqa: BLE001
+            rows = [None] * len(idx)
+        for i, row in zip(idx, rows):
+            out[i] = row
+    return out

@@ -87,3 +87,31 @@ def test_paddle_model_fit(hub, tmp_path):
 def test_keras_fit(hub, tmp_path):
     r = train("train_keras.py", hub, tmp_path, env={"KERAS_BACKEND": "torch"})
     assert_fit_of_eight_steps(hub, r, "learning_rate", "val_loss")
+
+
+def test_pytorch_watch_logs_per_layer_norms_and_histograms_without_a_sync_per_step(hub, tmp_path):
+    r = train("train_torch_watch.py", hub, tmp_path)
+    assert r["report"]["delivered"], r
+    run_id = r["run_id"]
+    # Every watched step (the first backward and every 5th), each layer's norms as computed
+    # by hand, at the step being trained.
+    for name in ("grad_norm/0", "grad_norm/2", "weight_norm/0", "weight_norm/2"):
+        got = hub.series(run_id, name)
+        want = {int(s): v[name] for s, v in r["expected"].items()}
+        assert sorted(got) == sorted(want), (name, sorted(got))
+        for s, v in want.items():
+            assert got[s] == pytest.approx(v, rel=1e-5), (name, s)
+    # `log` without a step kept its numbering: loss at 0..29.
+    assert sorted(hub.series(run_id, "loss")) == list(range(30))
+    # The output's histogram each step, the last one equal to numpy's (same bins).
+    out = hub.api(f"/api/runs/{run_id}/samples?key=output&from_step=0")["samples"]
+    assert [s["step"] for s in out] == list(range(30))
+    last = out[-1]["body"]
+    assert last["counts"] == r["last_counts"]
+    assert [last["lo"], last["hi"]] == pytest.approx(r["last_range"], rel=1e-6)
+    grads = hub.api(f"/api/runs/{run_id}/samples?key=grad/0&from_step=0")["samples"]
+    assert [s["step"] for s in grads] == [0, 4, 9, 14, 19, 24, 29]
+    assert sum(grads[0]["body"]["counts"]) == 8 * 16 + 16  # every weight and bias of layer 0
+    # 30 steps, 88 tensors and 58 histograms: host copies per batch (every 10 records, and
+    # every 11 histograms, one copy per device and histogram size), not per step or tensor.
+    assert r["copies"] <= 16, r["copies"]

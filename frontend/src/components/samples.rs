@@ -25,6 +25,11 @@ pub fn SamplePanels(ctx: Ctx) -> impl IntoView {
 fn body_view(body: Body) -> AnyView {
     match body {
         Body::Text(t) => view! { <pre class="sample-text">{t}</pre> }.into_any(),
+        // Histograms are drawn by `histograms::HistogramView`.
+        Body::Histogram(h) => view! {
+            <p class="none">{format!("histogram of {} bins", h.counts.len())}</p>
+        }
+        .into_any(),
         Body::Table { columns, rows } => view! {
             <table class="sample-table">
                 <thead><tr>{columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
@@ -110,6 +115,12 @@ fn SamplePanel(ctx: Ctx, key: String) -> impl IntoView {
                         on:input=move |ev| diff_from.set(event_target_value(&ev).parse().ok())/>
                 </Show>
             </div>
+            <Show when=move || {
+                ctx.samples.track();
+                samples::is_histogram(&key.get_value())
+            }>
+                <super::histograms::HistogramView ctx=ctx key=key step=Signal::derive(step)/>
+            </Show>
             <Show when=move || diff_from.get().is_none()
                 fallback=move || view! {
                     <div class="sample-diff-view">{move || diff().map(|(a, b, lines)| view! {
@@ -120,7 +131,10 @@ fn SamplePanel(ctx: Ctx, key: String) -> impl IntoView {
                         }).collect_view()}
                     })}</div>
                 }>
-                <div class="sample-runs">
+                <div class="sample-runs" class:hidden=move || {
+                    ctx.samples.track();
+                    samples::is_histogram(&key.get_value())
+                }>
                     {move || shown().into_iter().map(|(run, found)| {
                         let label = ctx.label(&run);
                         let at = found.as_ref().map(|(s, _)| s.to_string()).unwrap_or_default();

@@ -270,7 +270,8 @@ pub async fn samples(
                 }
                 *bytes += item.body.len();
                 let body = match item.kind {
-                    stepstream_protocol::ItemKind::Table => {
+                    stepstream_protocol::ItemKind::Table
+                    | stepstream_protocol::ItemKind::Histogram => {
                         serde_json::from_str(&item.body).unwrap_or(Value::Null)
                     }
                     _ => Value::from(item.body.as_str()),

@@ -5,7 +5,7 @@
 //! received, so a reader knows how many were dropped.
 
 use serde::Serialize;
-use stepstream_protocol::{Cell, Item, ItemBody, ItemKind, Stream};
+use stepstream_protocol::{Cell, Histogram, Item, ItemBody, ItemKind, Stream};
 
 /// An item as stored and read back.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -67,6 +67,18 @@ pub(super) fn row_of(item: &Item) -> (i64, i64, String) {
                 rows.iter().map(|r| r.iter().map(cell).collect()).collect();
             let body = serde_json::json!({ "columns": columns, "rows": rows });
             (ItemKind::Table.code(), 0, body.to_string())
+        }
+        ItemBody::Histogram(h) => {
+            let finite = |v: f64| v.is_finite().then_some(v);
+            let body = serde_json::json!({
+                "lo": finite(h.lo),
+                "hi": finite(h.hi),
+                "counts": h.counts,
+                "nan": h.nan,
+                "pos_inf": h.pos_inf,
+                "neg_inf": h.neg_inf,
+            });
+            (ItemKind::Histogram.code(), 0, body.to_string())
         }
     }
 }
@@ -139,6 +151,7 @@ impl StoredItem {
     /// The item as the wire carries it (a table's JSON read back into cells).
     pub fn to_item(&self) -> Item {
         let body = match self.kind {
+            ItemKind::Histogram => ItemBody::Histogram(histogram_of(&self.body)),
             ItemKind::Line => ItemBody::Line {
                 stream: self
                     .stream
@@ -186,5 +199,22 @@ impl StoredItem {
             key: self.key.clone(),
             body,
         }
+    }
+}
+
+fn histogram_of(body: &str) -> Histogram {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let num = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let count = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    Histogram {
+        lo: num("lo"),
+        hi: num("hi"),
+        counts: v["counts"]
+            .as_array()
+            .map(|a| a.iter().map(|c| c.as_f64().unwrap_or(0.0)).collect())
+            .unwrap_or_default(),
+        nan: count("nan"),
+        pos_inf: count("pos_inf"),
+        neg_inf: count("neg_inf"),
     }
 }
