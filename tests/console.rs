@@ -518,3 +518,115 @@ fn sample_panels_browse_steps_side_by_side_follow_live_and_diff() {
         run.finish(Outcome::Finished);
     }
 }
+
+/// Per-layer norms as a layer x step heatmap (the diverging layer bright where it diverged,
+/// a NaN red, the window of a zoom), and a histogram key as bands with the step's overlay.
+#[test]
+fn layer_heatmaps_show_which_layer_diverged_and_histograms_draw_as_bands() {
+    use crate::browser::Browser;
+    let hub = Hub::start(&[]);
+    let mut o = Options::new(&hub.ws(), "web", "layers");
+    o.run_id = Some(RunId::new("layers").unwrap());
+    let run = Collector::start(o).unwrap();
+    let names: Vec<String> = (0..6).map(|l| format!("grad_norm/layer{l}")).collect();
+    for step in 0..500i64 {
+        let mut values: Vec<(&str, f64)> = vec![("loss", 1.0)];
+        for (l, name) in names.iter().enumerate() {
+            let v = if l == 3 && step >= 400 {
+                1e6
+            } else if l == 5 && step == 450 {
+                f64::NAN
+            } else {
+                0.01 * (l + 1) as f64
+            };
+            values.push((name.as_str(), v));
+        }
+        run.log(step, &values);
+        if step % 50 == 0 {
+            let spread = 1.0 + step as f64 / 100.0;
+            run.log_item_at(
+                step,
+                unix_now(),
+                "grad/layer3",
+                ItemBody::Histogram(Histogram {
+                    lo: -spread,
+                    hi: spread,
+                    counts: vec![1.0, 4.0, 10.0, 4.0, 1.0],
+                    nan: 0.0,
+                    pos_inf: 0.0,
+                    neg_inf: 0.0,
+                }),
+            );
+        }
+    }
+    run.flush();
+    wait_for("stored", Duration::from_secs(20), || {
+        (run.acknowledged() == 500).then_some(())
+    });
+    let mut page = Browser::open(&format!("http://{}/?lang=en&runs=layers", hub.addr()));
+    let canvas = "document.querySelector('canvas[data-family=\"grad_norm/\"]')";
+    page.wait(
+        "the heatmap",
+        Duration::from_secs(20),
+        &format!("{canvas} && {canvas}.dataset.layers == '6'"),
+    );
+    // The colour of a cell: layer `row` at a fraction of the width.
+    let cell = |page: &mut Browser, row: usize, at: f64| -> Vec<u8> {
+        let v = page.eval(&format!(
+            "(() => {{ const c = {canvas}; const dpr = c.width / c.clientWidth; \
+             const rows = 6, rowH = (c.height / dpr - 16) / rows; \
+             const x = 110 + (c.clientWidth - 114) * {at}, y = rowH * ({row} + 0.5); \
+             return [...c.getContext('2d').getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data]; }})()"
+        ));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u8)
+            .collect()
+    };
+    let mut late = Vec::new();
+    for _ in 0..50 {
+        late = cell(&mut page, 3, 0.95);
+        if late[0] > 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let early = cell(&mut page, 3, 0.2);
+    page.screenshot("heatmap");
+    // Viridis: dark purple for small values, yellow for the largest.
+    assert!(
+        late[0] > 200 && late[1] > 200 && late[2] < 100,
+        "layer 3 at the end: {late:?}"
+    );
+    assert!(early[0] < 120 && early[2] > 60, "layer 3 early: {early:?}");
+    let nan = cell(&mut page, 5, 450.0 / 499.0);
+    assert!(nan[0] > 200 && nan[1] < 60, "the NaN cell: {nan:?}");
+    page.screenshot("heatmap");
+    // Zoomed to steps 0..300: layer 3 is quiet across the whole width.
+    page.navigate(&format!(
+        "http://{}/?lang=en&runs=layers&x0=0&x1=300",
+        hub.addr()
+    ));
+    page.wait(
+        "the zoomed heatmap",
+        Duration::from_secs(20),
+        &format!("{canvas} && {canvas}.dataset.layers == '6'"),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let zoomed = cell(&mut page, 3, 0.95);
+    assert!(
+        zoomed[0] < 120,
+        "layer 3 before step 300 is quiet: {zoomed:?}"
+    );
+    // The histogram key: bands drawn, and the overlay at the chosen step.
+    let ink = page.wait(
+        "histogram bands",
+        Duration::from_secs(10),
+        "(() => { const c = document.querySelector('canvas.histogram-band'); if (!c || !c.width) return null; \
+         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; \
+         for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n > 500 ? n : null; })()",
+    );
+    assert!(ink.as_u64().unwrap() > 500);
+    run.finish(Outcome::Finished);
+}

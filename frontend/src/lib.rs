@@ -39,6 +39,7 @@ pub use stepstream_chart::{client, data, ws};
 use components::charts::{ChartGroups, Toolbar, Tooltip};
 use components::console::ConsolePanel;
 use components::header::{AlertList, Header, Legend, StaleBanner};
+use components::heatmap::LayerHeatmaps;
 use components::panel::RunPanel;
 use components::runs::RunList;
 use components::samples::SamplePanels;
@@ -105,7 +106,17 @@ fn App() -> impl IntoView {
     every_frame(move || {
         console::publish(&ctx);
         samples::publish(&ctx);
-        frame::frame(&ctx);
+        if frame::frame(&ctx) {
+            // What draws from the points outside the charts (the heatmaps) follows them, at
+            // most four times a second.
+            let now = now_ms();
+            if now - ctx.drawn.get_untracked().1 > 250.0 {
+                ctx.drawn.update(|(n, at)| {
+                    *n += 1;
+                    *at = now;
+                });
+            }
+        }
     });
     let tick = Closure::<dyn FnMut()>::new(move || ctx.now.set(now_ms()));
     if let Some(w) = web_sys::window() {
@@ -164,6 +175,7 @@ fn App() -> impl IntoView {
                 </Show>
                 <ChartGroups ctx=ctx/>
                 <Show when=move || ctx.selected.with(|s| !s.is_empty())>
+                    <LayerHeatmaps ctx=ctx/>
                     <SamplePanels ctx=ctx/>
                     <ConsolePanel ctx=ctx/>
                 </Show>

@@ -124,6 +124,8 @@ pub struct Ctx {
     pub console_step: RwSignal<Option<i64>>,
     /// Bumped when the selected runs' samples changed (`samples::publish`).
     pub samples: RwSignal<u64>,
+    /// Bumped (with when) after the charts were redrawn, at most four times a second.
+    pub drawn: RwSignal<(u64, f64)>,
 }
 
 impl Ctx {
@@ -163,6 +165,7 @@ impl Ctx {
             console: RwSignal::new(0),
             console_step: RwSignal::new(None),
             samples: RwSignal::new(0),
+            drawn: RwSignal::new((0, 0.0)),
         }
     }
 

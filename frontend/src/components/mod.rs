@@ -1,10 +1,11 @@
 //! The page's parts, one module each: the header with its banner, legend and alert list
 //! (`header`), the run list (`runs`), the run panel and config comparison (`panel`), and
-//! the chart groups with their toolbar (`charts`), the console (`console`), the sample panels (`samples`, histograms drawn by `histograms`).
+//! the chart groups with their toolbar (`charts`), the console (`console`), the sample panels (`samples`, histograms drawn by `histograms`), the per-layer heatmaps (`heatmap`).
 
 pub mod charts;
 pub mod console;
 pub mod header;
+pub mod heatmap;
 pub mod histograms;
 pub mod panel;
 pub mod runs;
