@@ -369,7 +369,9 @@ fn smoothing_log_scale_outliers_axes_crosshair_theme_and_downloads() {
     assert!((1.7..2.2).contains(&y1), "log10(50) plus padding: {log}");
     page.screenshot("charts-log");
 
-    // Hover one chart: every chart draws the crosshair at the same x.
+    // Hover one chart: every chart draws the crosshair at the same x. (In view first: the
+    // page below the charts grew.)
+    page.eval("document.querySelector('canvas[data-chart=\"grad_norm\"]').scrollIntoView({ block: 'center' })");
     let h = hooks(&mut page, "grad_norm");
     let (x, y) = at_x(&h, 500.0);
     page.mouse_move(x, y);
