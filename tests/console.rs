@@ -514,6 +514,23 @@ fn sample_panels_browse_steps_side_by_side_follow_live_and_diff() {
         ])
     );
     page.screenshot("samples");
+    // An image, live: its panel shows the file the hub serves (the frame carried its place).
+    let raw = stepstream_collector::image::RawImage {
+        width: 4,
+        height: 3,
+        channels: 3,
+        pixels: (0..36).map(|i| (i * 7) as u8).collect(),
+        format: ImageFormat::Png,
+        quality: 90,
+        caption: "a tiny picture".into(),
+    };
+    runs[1].log_image_at(1000, unix_now(), "picture", raw);
+    runs[1].flush();
+    page.wait(
+        "the image loaded",
+        Duration::from_secs(10),
+        "(() => { const i = document.querySelector('.sample-panel[data-key=\"picture\"] img');          return i && i.complete && i.naturalWidth == 4 && i.naturalHeight == 3; })()",
+    );
     for run in runs {
         run.finish(Outcome::Finished);
     }

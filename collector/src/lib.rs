@@ -19,6 +19,7 @@
 pub mod archive;
 pub mod console;
 mod ids;
+pub mod image;
 mod options;
 mod queue;
 mod random;
@@ -375,6 +376,31 @@ impl Collector {
             body,
         };
         let queued = self.queue.push(Command::Item(item)).is_ok();
+        if !queued {
+            self.stats.items_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        queued
+    }
+
+    /// Records an image at `step`, encoded on the sender thread (PNG or JPEG, as asked);
+    /// `false` when it was dropped (a full queue). One that cannot be encoded, or is larger
+    /// than the hub's `item_bytes` once encoded, is counted in [`Report::items_refused`].
+    pub fn log_image_at(
+        &self,
+        step: i64,
+        wall_time: f64,
+        key: &str,
+        image: image::RawImage,
+    ) -> bool {
+        let queued = self
+            .queue
+            .push(Command::Image {
+                step,
+                wall_time,
+                key: key.to_string(),
+                image,
+            })
+            .is_ok();
         if !queued {
             self.stats.items_dropped.fetch_add(1, Ordering::Relaxed);
         }

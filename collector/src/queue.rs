@@ -22,6 +22,13 @@ pub(crate) enum Command {
     Record(StepRecord, bool),
     /// A console line or a sample.
     Item(stepstream_protocol::Item),
+    /// An image to encode (on the sender thread), then send as an item.
+    Image {
+        step: i64,
+        wall_time: f64,
+        key: String,
+        image: crate::image::RawImage,
+    },
     Flush,
     Finish(FinishStatus, oneshot::Sender<bool>),
 }

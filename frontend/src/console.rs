@@ -58,13 +58,14 @@ pub fn take_live() {
     let fresh = STORE.with(|s| std::mem::take(&mut s.borrow_mut().items));
     for (run, seq, items) in fresh {
         // Samples are the sample panels'; lines keep their place in the batch.
-        let samples: Vec<_> = items
+        let samples: Vec<(u32, _)> = items
             .iter()
-            .filter(|i| !matches!(i.body, ItemBody::Line { .. }))
-            .cloned()
+            .enumerate()
+            .filter(|(_, i)| !matches!(i.body, ItemBody::Line { .. }))
+            .map(|(idx, i)| (idx as u32, i.clone()))
             .collect();
         if !samples.is_empty() {
-            crate::samples::live(&run, samples);
+            crate::samples::live(&run, seq, samples);
         }
         let lines: Vec<Line> = items
             .into_iter()

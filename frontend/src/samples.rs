@@ -21,6 +21,18 @@ pub enum Body {
         rows: Vec<Vec<String>>,
     },
     Histogram(Histogram),
+    /// An image: where the hub serves its file, and its caption.
+    Image {
+        src: String,
+        caption: String,
+        width: u32,
+        height: u32,
+    },
+}
+
+/// Where the hub serves an image: by its batch and its place there.
+fn image_src(run: &RunId, seq: u64, idx: u32) -> String {
+    format!("/api/runs/{}/image?seq={seq}&idx={idx}", run.as_str())
 }
 
 #[derive(Default)]
@@ -56,12 +68,13 @@ fn put(run: &RunId, key: String, step: i64, body: Body) {
     CHANGED.with(|c| c.set(true));
 }
 
-/// A live batch's samples (console lines are the console's).
-pub fn live(run: &RunId, items: Vec<Item>) {
+/// A live batch's samples, each with its place in the batch (console lines are the
+/// console's).
+pub fn live(run: &RunId, seq: u64, items: Vec<(u32, Item)>) {
     if !HELD.with(|h| h.borrow().by.contains_key(run)) {
         return;
     }
-    for item in items {
+    for (idx, item) in items {
         let body = match item.body {
             ItemBody::Text(t) => Body::Text(t),
             ItemBody::Table { columns, rows } => Body::Table {
@@ -72,6 +85,12 @@ pub fn live(run: &RunId, items: Vec<Item>) {
                     .collect(),
             },
             ItemBody::Histogram(h) => Body::Histogram(h),
+            ItemBody::Image(i) => Body::Image {
+                src: image_src(run, seq, idx),
+                caption: i.caption,
+                width: i.width,
+                height: i.height,
+            },
             ItemBody::Line { .. } => continue,
         };
         put(run, item.key, item.step, body);
@@ -106,6 +125,12 @@ fn body_of(kind: &str, v: &Value) -> Option<Body> {
                 .collect();
             Some(Body::Table { columns, rows })
         }
+        "image" => Some(Body::Image {
+            src: v["src"].as_str()?.to_string(),
+            caption: v["caption"].as_str().unwrap_or("").to_string(),
+            width: v["width"].as_u64().unwrap_or(0) as u32,
+            height: v["height"].as_u64().unwrap_or(0) as u32,
+        }),
         "histogram" => {
             let num = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
             let count = |k: &str| v[k].as_f64().unwrap_or(0.0);

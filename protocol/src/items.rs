@@ -53,6 +53,44 @@ pub enum ItemBody {
     /// of `counts.len()` equal bins over `lo..=hi` (the finite values' range); non-finite
     /// values are counted apart.
     Histogram(Histogram),
+    /// An image, encoded (PNG or JPEG).
+    Image(Image),
+}
+
+/// How an [`Image`]'s bytes are encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ImageFormat {
+    Png,
+    Jpeg,
+}
+
+impl ImageFormat {
+    pub fn mime(self) -> &'static str {
+        match self {
+            ImageFormat::Png => "image/png",
+            ImageFormat::Jpeg => "image/jpeg",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ImageFormat> {
+        match s {
+            "png" | "image/png" => Some(ImageFormat::Png),
+            "jpeg" | "jpg" | "image/jpeg" => Some(ImageFormat::Jpeg),
+            _ => None,
+        }
+    }
+}
+
+/// See [`ItemBody::Image`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Image {
+    pub format: ImageFormat,
+    pub width: u32,
+    pub height: u32,
+    pub caption: String,
+    /// The encoded file; empty where a frame carries the image's place only (a viewer's live
+    /// frame: the page reads the bytes over HTTP).
+    pub data: Vec<u8>,
 }
 
 /// See [`ItemBody::Histogram`].
@@ -76,6 +114,7 @@ pub enum ItemKind {
     Text,
     Table,
     Histogram,
+    Image,
 }
 
 impl ItemKind {
@@ -85,6 +124,7 @@ impl ItemKind {
             ItemKind::Text => "text",
             ItemKind::Table => "table",
             ItemKind::Histogram => "histogram",
+            ItemKind::Image => "image",
         }
     }
 
@@ -95,6 +135,7 @@ impl ItemKind {
             ItemKind::Text => 2,
             ItemKind::Table => 3,
             ItemKind::Histogram => 4,
+            ItemKind::Image => 5,
         }
     }
 
@@ -104,6 +145,7 @@ impl ItemKind {
             2 => ItemKind::Text,
             3 => ItemKind::Table,
             4 => ItemKind::Histogram,
+            5 => ItemKind::Image,
             _ => return None,
         })
     }
@@ -127,6 +169,7 @@ impl Item {
             ItemBody::Text(_) => ItemKind::Text,
             ItemBody::Table { .. } => ItemKind::Table,
             ItemBody::Histogram(_) => ItemKind::Histogram,
+            ItemBody::Image(_) => ItemKind::Image,
         }
     }
 
@@ -148,6 +191,7 @@ impl Item {
                             .sum::<usize>()
                 }
                 ItemBody::Histogram(h) => 8 * (h.counts.len() + 5),
+                ItemBody::Image(i) => i.caption.len() + i.data.len(),
             }
     }
 
@@ -159,6 +203,7 @@ impl Item {
                     10 * (columns.len() + rows.len() + rows.iter().map(Vec::len).sum::<usize>())
                 }
                 ItemBody::Histogram(h) => 10 + h.counts.len(),
+                ItemBody::Image(_) => 30,
                 _ => 10,
             }
     }
@@ -264,6 +309,18 @@ impl Item {
                         "histogram {:?} has no finite range ({} to {})",
                         self.key, h.lo, h.hi
                     ));
+                }
+            }
+            ItemBody::Image(i) => {
+                limits.check_name("a sample's key", &self.key)?;
+                if self.key.is_empty() {
+                    return Err("an image needs a key".into());
+                }
+                if nul(&i.caption) {
+                    return Err(format!("image {:?}'s caption holds a NUL", self.key));
+                }
+                if i.width == 0 || i.height == 0 {
+                    return Err(format!("image {:?} is empty", self.key));
                 }
             }
         }

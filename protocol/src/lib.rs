@@ -37,7 +37,7 @@ pub mod decimate;
 pub mod items;
 pub mod limits;
 
-pub use items::{Cell, Histogram, Item, ItemBody, ItemKind, Stream};
+pub use items::{Cell, Histogram, Image, ImageFormat, Item, ItemBody, ItemKind, Stream};
 pub use limits::Limits;
 
 pub use codec::DecodeError;

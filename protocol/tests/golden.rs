@@ -60,6 +60,18 @@ fn items(step: i64) -> Vec<Item> {
                 neg_inf: 0.0,
             }),
         },
+        Item {
+            step,
+            wall_time: 1_764_700_001.5,
+            key: "samples/0".into(),
+            body: ItemBody::Image(Image {
+                format: ImageFormat::Png,
+                width: 2,
+                height: 1,
+                caption: "a cat".into(),
+                data: vec![0x89, b'P', b'N', b'G'],
+            }),
+        },
     ]
 }
 

@@ -209,6 +209,18 @@ impl Run {
     ) {
         let limits = stepstream_protocol::Limits::default();
         for (key, v) in found {
+            if let Some(image) = samples::raw_image(key, v) {
+                match image {
+                    Ok(raw) => {
+                        c.log_image_at(step, wall_time, key, raw);
+                    }
+                    Err(why) => {
+                        self.bad_samples += 1;
+                        samples::warn(py, &why);
+                    }
+                }
+                continue;
+            }
             if let Some(pack) = samples::pack_of(v) {
                 self.held_items.push(HeldItem {
                     step,

@@ -6,7 +6,8 @@
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyString};
-use stepstream_protocol::{Cell, ItemBody, Limits};
+use stepstream_collector::image::RawImage;
+use stepstream_protocol::{Cell, ImageFormat, ItemBody, Limits};
 
 /// Whether `v` is a sample rather than a number or a tensor.
 pub fn is_sample(v: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -117,6 +118,45 @@ pub fn read_packs(py: Python<'_>, packs: &[&Py<PyAny>]) -> Vec<Option<Vec<f64>>>
         Ok(v) if v.len() == packs.len() => v,
         _ => vec![None; packs.len()],
     }
+}
+
+/// An image sample's pixels, or why it is not one; `None` for another kind of sample.
+pub fn raw_image(key: &str, v: &Bound<'_, PyAny>) -> Option<Result<RawImage, String>> {
+    let py = v.py();
+    // Only images carry pixels: others' descriptions are read by `body`.
+    if !v.hasattr(intern!(py, "pixels")).unwrap_or(false) {
+        return None;
+    }
+    let read = || -> Result<RawImage, String> {
+        let d = v
+            .call_method0(intern!(py, "__stepstream_sample__"))
+            .map_err(|e| format!("image {key:?}: {}", e.value(py)))?;
+        let (_, pixels, width, height, channels, format, quality, caption): (
+            String,
+            Vec<u8>,
+            u32,
+            u32,
+            u8,
+            String,
+            u8,
+            String,
+        ) = d.extract().map_err(|e| format!("image {key:?}: {e}"))?;
+        Ok(RawImage {
+            width,
+            height,
+            channels,
+            pixels,
+            format: ImageFormat::parse(&format)
+                .ok_or_else(|| format!("image {key:?}: format {format:?}"))?,
+            quality,
+            caption,
+        })
+    };
+    Some(read().and_then(|raw| {
+        raw.check()
+            .map(|()| raw)
+            .map_err(|e| format!("image {key:?}: {e}"))
+    }))
 }
 
 /// Says what is wrong with a sample without raising: a `UserWarning`.

@@ -31,9 +31,9 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ._stepstream import PROTOCOL_VERSION, __version__
 from ._stepstream import Run as _NativeRun
-from ._samples import Histogram, Table, Text
+from ._samples import Histogram, Image, Table, Text
 
-__all__ = ["init", "Run", "Text", "Table", "Histogram", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+__all__ = ["init", "Run", "Text", "Table", "Histogram", "Image", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
 
 
 def chart(run, metric="loss", **options):

@@ -140,3 +140,69 @@ class Histogram:
 
     def __repr__(self) -> str:
         return f"Histogram({int(self.pack.shape[0]) - 5} bins)"
+
+
+def _pixels(values: Any):
+    """An image as uint8 pixels, (H, W, C): from a PIL image, a numpy array, or a tensor
+    (PyTorch, MindSpore, Paddle: read to the host), HWC or CHW, uint8 or float in [0, 1]."""
+    import numpy as np
+
+    if hasattr(values, "convert") and hasattr(values, "size") and hasattr(values, "mode"):
+        # PIL: its own modes to one numpy can hold.
+        if values.mode not in ("L", "LA", "RGB", "RGBA"):
+            values = values.convert("RGBA" if "A" in values.mode else "RGB")
+        a = np.asarray(values)
+    elif hasattr(values, "detach"):
+        a = values.detach().cpu().numpy()
+    elif hasattr(values, "asnumpy"):
+        a = values.asnumpy()
+    elif type(values).__module__.split(".", 1)[0] == "paddle":
+        a = values.numpy()
+    else:
+        a = np.asarray(values)
+    if a.ndim == 3 and a.shape[0] in (1, 2, 3, 4) and a.shape[2] not in (1, 2, 3, 4):
+        a = np.transpose(a, (1, 2, 0))  # CHW
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3:
+        return None, f"an image is H x W or H x W x C (or C x H x W), not of shape {tuple(a.shape)}"
+    if a.shape[2] not in (1, 2, 3, 4):
+        return None, (f"an image has 1 to 4 channels, not {a.shape[2]} (shape {tuple(a.shape)}; "
+                      "a volume or a batch is not one image)")
+    if a.dtype != np.uint8:
+        f = a.astype(np.float64)
+        if not np.isfinite(f).all():
+            return None, "an image holds NaN or infinite values"
+        if f.size and f.min() >= 0.0 and f.max() <= 1.0:
+            f = f * 255.0
+        a = np.clip(np.rint(f), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(a), None
+
+
+class Image:
+    """An image sample: a numpy array, a PIL image or a tensor, H x W (gray), H x W x C or
+    C x H x W with 1 to 4 channels, uint8 or float in [0, 1]. Encoded as PNG (or JPEG with
+    ``format="jpeg"``) on the collector's thread, not the training's; shown in the web
+    app's gallery with a step slider. A bad one (a volume, NaN, too large once encoded) is a
+    ``UserWarning`` when logged, and the rest of the record goes on."""
+
+    __slots__ = ("pixels", "error", "caption", "format", "quality")
+
+    def __init__(self, values: Any, caption: str = "", format: str = "png", quality: int = 90):
+        if format not in ("png", "jpeg"):
+            raise ValueError(f"format must be png or jpeg, not {format!r}")
+        self.pixels, self.error = _pixels(values)
+        self.caption = str(caption)
+        self.format = format
+        self.quality = int(quality)
+
+    def __stepstream_sample__(self):
+        if self.error:
+            raise ValueError(self.error)
+        h, w, c = self.pixels.shape
+        return ("image", self.pixels.tobytes(), w, h, c, self.format, self.quality, self.caption)
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"Image(<bad: {self.error}>)"
+        return f"Image({self.pixels.shape[1]}x{self.pixels.shape[0]}x{self.pixels.shape[2]})"

@@ -172,3 +172,58 @@ def test_printing_ten_thousand_lines_a_second_loses_none(hub, tmp_path):
     texts = [l["text"] for l in got["lines"]]
     assert texts == [f"step {s} line {i}" for s in range(50) for i in range(400)]
     assert got["total"] == 20_000 and got["dropped"] == 0
+
+
+def test_images_and_histograms_and_bad_ones_warn_while_the_run_goes_on(hub):
+    import io
+    import urllib.request
+
+    import numpy as np
+    import torch
+    from PIL import Image as PILImage
+
+    run = stepstream.init(hub=hub.url, name="media", archive_dir=None, system_metrics=False, console=False)
+    rgb = (np.arange(6 * 4 * 3) % 251).astype(np.uint8).reshape(6, 4, 3)
+    chw = torch.linspace(0, 1, 2 * 3 * 5).reshape(2, 3, 5)[:1]  # 1 x 3 x 5, floats in [0, 1]
+    pil = PILImage.fromarray(rgb[:, :, 0], mode="L")
+    values = np.array([0.0, 1.0, 2.0, 3.0, np.nan, np.inf])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.log({"loss": 1.0, "img": stepstream.Image(rgb, caption="rgb"), "hist": stepstream.Histogram(values, bins=3)}, step=0)
+        run.log({"loss": 0.9, "img": stepstream.Image(chw, caption="chw")}, step=1)
+        run.log({"loss": 0.8, "img": stepstream.Image(pil, caption="pil", format="jpeg")}, step=2)
+        # Bad: a volume, NaN pixels, an image too large once encoded (noise: ~3 MB of PNG).
+        run.log({"loss": 0.7, "img": stepstream.Image(np.zeros((10, 10, 10)))}, step=3)
+        run.log({"loss": 0.6, "img": stepstream.Image(np.full((4, 4), np.nan))}, step=4)
+        noise = np.random.default_rng(0).integers(0, 256, (1024, 1024, 3), dtype=np.uint8)
+        run.log({"loss": 0.5, "img": stepstream.Image(noise)}, step=5)
+    messages = [str(w.message) for w in caught]
+    assert any("not 10 (shape (10, 10, 10)" in m for m in messages), messages
+    assert any("NaN" in m for m in messages), messages
+    with pytest.raises(ValueError, match="bins"):
+        stepstream.Histogram(values, bins=0)
+    hub.wait("the refusal of the large image", lambda: "item_bytes" in (run._native.last_error or ""))
+    report = run.finish()
+    assert report["delivered"], report
+    assert report["items_acked"] == 4 and report["items_refused"] == 3, report
+    assert sorted(hub.series(run.run_id, "loss")) == [0, 1, 2, 3, 4, 5]
+    imgs = hub.api(f"/api/runs/{run.run_id}/samples?key=img&from_step=0")["samples"]
+    assert [(i["step"], i["body"]["caption"]) for i in imgs] == [(0, "rgb"), (1, "chw"), (2, "pil")]
+
+    def fetch(sample):
+        with urllib.request.urlopen(f"http://127.0.0.1:{hub.port}{sample['body']['src']}") as r:
+            return r.headers.get_content_type(), r.read()
+
+    kind, png = fetch(imgs[0])
+    assert kind == "image/png"
+    assert (np.asarray(PILImage.open(io.BytesIO(png))) == rgb).all()
+    _, png = fetch(imgs[1])
+    got = np.asarray(PILImage.open(io.BytesIO(png)))
+    # One channel first (C x H x W), floats in [0, 1]: a gray 5 x 3 image.
+    assert got.shape == (3, 5)
+    assert got[0, 0] == 0 and got[2, 4] == round(14 / 29 * 255)
+    kind, jpeg = fetch(imgs[2])
+    assert kind == "image/jpeg" and PILImage.open(io.BytesIO(jpeg)).size == (4, 6)
+    h = hub.api(f"/api/runs/{run.run_id}/samples?key=hist")["samples"][0]["body"]
+    assert h["counts"] == [1.0, 1.0, 2.0] and h["nan"] == 1 and h["pos_inf"] == 1
+    assert (h["lo"], h["hi"]) == (0.0, 3.0)

@@ -73,6 +73,7 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         .route("/api/runs/{id}/alerts", get(api::alerts))
         .route("/api/runs/{id}/console", get(api::items::console))
         .route("/api/runs/{id}/samples", get(api::items::samples))
+        .route("/api/runs/{id}/image", get(api::items::image))
         .route("/ws/viewer", get(viewer::viewer_socket))
         .route("/metrics", get(prometheus::metrics))
         .route_layer(axum::middleware::from_fn_with_state(

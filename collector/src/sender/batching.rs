@@ -33,22 +33,20 @@ impl Sender {
                     self.seal();
                 }
             }
-            Some(Command::Item(item)) => {
-                // Checked against the limits of the hub last met (the defaults before), so
-                // one bad item never has its whole batch refused.
-                if let Err(why) = item.check(&self.metrics.limits()) {
-                    self.stats.items_refused.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("stepstream: {why}; the item is not sent");
-                    self.note_error(why);
-                } else {
-                    self.hold(item.wire_bytes());
-                    self.building_items.push(item);
-                    if self.building_items.len() >= MAX_BATCH_ITEMS
-                        || self.building_bytes >= limits::BATCH_BYTES
-                    {
-                        self.seal();
-                    }
-                }
+            Some(Command::Item(item)) => self.take_item(Ok(item)),
+            Some(Command::Image {
+                step,
+                wall_time,
+                key,
+                image,
+            }) => {
+                let item = image.encode().map(|img| stepstream_protocol::Item {
+                    step,
+                    wall_time,
+                    key: key.clone(),
+                    body: stepstream_protocol::ItemBody::Image(img),
+                });
+                self.take_item(item.map_err(|why| format!("image {key:?}: {why}")))
             }
             // Whatever is held goes with the next send, not after its linger.
             Some(Command::Flush) => self.flushing = self.holds_unsealed(),
@@ -66,6 +64,28 @@ impl Sender {
         self.stats
             .unacked
             .store(self.buffered as u64, Ordering::Relaxed);
+    }
+
+    /// Holds an item for the next batch, unless it is bad: checked against the limits of the
+    /// hub last met (the defaults before), so one bad item never has its batch refused.
+    fn take_item(&mut self, item: Result<stepstream_protocol::Item, String>) {
+        let checked = item.and_then(|i| i.check(&self.metrics.limits()).map(|()| i));
+        match checked {
+            Err(why) => {
+                self.stats.items_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("stepstream: {why}; the item is not sent");
+                self.note_error(why);
+            }
+            Ok(item) => {
+                self.hold(item.wire_bytes());
+                self.building_items.push(item);
+                if self.building_items.len() >= MAX_BATCH_ITEMS
+                    || self.building_bytes >= limits::BATCH_BYTES
+                {
+                    self.seal();
+                }
+            }
+        }
     }
 
     /// Counts one more record or item into `building`, due at the linger's tick.

@@ -152,7 +152,7 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, ctx: &Ctx, run: &RunId, family: &st
             };
             let fill = if !v.is_finite() {
                 "#dc2626".to_string()
-            } else if *v <= 0.0 || !(hi > lo) {
+            } else if *v <= 0.0 || hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
                 colour(0.0)
             } else {
                 colour((v.log10() - lo) / (hi - lo))

@@ -30,6 +30,20 @@ fn body_view(body: Body) -> AnyView {
             <p class="none">{format!("histogram of {} bins", h.counts.len())}</p>
         }
         .into_any(),
+        Body::Image {
+            src,
+            caption,
+            width,
+            height,
+        } => view! {
+            <figure class="sample-image">
+                <img src=crate::fetch::api_url(&src) alt=caption.clone()
+                    width=width.min(512).to_string()
+                    style=format!("aspect-ratio:{width}/{height}")/>
+                <figcaption>{caption}</figcaption>
+            </figure>
+        }
+        .into_any(),
         Body::Table { columns, rows } => view! {
             <table class="sample-table">
                 <thead><tr>{columns.into_iter().map(|c| view! { <th>{c}</th> }).collect_view()}</tr></thead>

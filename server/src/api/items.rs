@@ -6,7 +6,7 @@
 use super::{attachment, find, ApiError, EXPORT_STALL};
 use crate::auth::Scope;
 use crate::state::AppState;
-use crate::store::{ItemQuery, StoredItem};
+use crate::store::{image_of, ItemQuery, StoredItem};
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::header;
@@ -241,6 +241,7 @@ pub async fn samples(
     Query(q): Query<SamplesQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let run = find(&app, &id, &scope).await?;
+    let run_id = id.clone();
     let steps = (
         q.from_step.unwrap_or(i64::MIN),
         q.to_step.unwrap_or(i64::MAX),
@@ -274,6 +275,18 @@ pub async fn samples(
                     | stepstream_protocol::ItemKind::Histogram => {
                         serde_json::from_str(&item.body).unwrap_or(Value::Null)
                     }
+                    // An image's place: its bytes are at `src`.
+                    stepstream_protocol::ItemKind::Image => match image_of(&item.body) {
+                        Some(i) => json!({
+                            "format": i.format.mime(),
+                            "width": i.width,
+                            "height": i.height,
+                            "caption": i.caption,
+                            "bytes": i.data.len(),
+                            "src": format!("/api/runs/{run_id}/image?seq={}&idx={}", item.seq, item.idx),
+                        }),
+                        None => Value::Null,
+                    },
                     _ => Value::from(item.body.as_str()),
                 };
                 out.push(json!({
@@ -294,4 +307,52 @@ pub async fn samples(
         out.reverse();
     }
     Ok(Json(json!({ "run_id": id, "samples": out, "more": more })))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ImageQuery {
+    seq: u64,
+    idx: u32,
+}
+
+/// `GET /api/runs/{id}/image?seq=&idx=`: one stored image's file, as logged (PNG or JPEG).
+/// Stored images never change, so the answer may be cached for good.
+pub async fn image(
+    State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
+    Path(id): Path<String>,
+    Query(q): Query<ImageQuery>,
+) -> Result<Response, ApiError> {
+    let run = find(&app, &id, &scope).await?;
+    let mut query = ItemQuery::batches(q.seq.saturating_sub(1), q.seq);
+    query.kind = Some(stepstream_protocol::ItemKind::Image);
+    let found = app
+        .hub
+        .store
+        .items(run.key, query, None, move |found, item| {
+            if item.idx == q.idx {
+                *found = image_of(&item.body);
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .await?;
+    let Some(img) = found else {
+        return Err(ApiError::BadRequest(format!(
+            "run {id} has no image at seq {} idx {}",
+            q.seq, q.idx
+        )));
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, img.format.mime().to_string()),
+            (
+                header::CACHE_CONTROL,
+                "private, max-age=31536000, immutable".to_string(),
+            ),
+        ],
+        img.data,
+    )
+        .into_response())
 }

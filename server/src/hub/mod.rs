@@ -575,13 +575,28 @@ fn publish_batch(
             run_id,
             seq,
             records: records.to_vec(),
-            items: items.to_vec(),
+            items: items.iter().map(without_image_bytes).collect(),
         }));
         let _ = run.live.send(LiveEvent::Batch {
             seq,
             records: records.clone(),
             frame,
         });
+    }
+}
+
+/// An item as a viewer's live frame carries it: an image's place, not its bytes (the page
+/// reads them over HTTP, once, when it shows them).
+fn without_image_bytes(item: &stepstream_protocol::Item) -> stepstream_protocol::Item {
+    match &item.body {
+        stepstream_protocol::ItemBody::Image(i) => stepstream_protocol::Item {
+            body: stepstream_protocol::ItemBody::Image(stepstream_protocol::Image {
+                data: Vec::new(),
+                ..i.clone()
+            }),
+            ..item.clone()
+        },
+        _ => item.clone(),
     }
 }
 

@@ -5,7 +5,7 @@
 //! received, so a reader knows how many were dropped.
 
 use serde::Serialize;
-use stepstream_protocol::{Cell, Histogram, Item, ItemBody, ItemKind, Stream};
+use stepstream_protocol::{Cell, Histogram, Image, ImageFormat, Item, ItemBody, ItemKind, Stream};
 
 /// An item as stored and read back.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -80,7 +80,36 @@ pub(super) fn row_of(item: &Item) -> (i64, i64, String) {
             });
             (ItemKind::Histogram.code(), 0, body.to_string())
         }
+        ItemBody::Image(i) => {
+            use base64::Engine;
+            let body = serde_json::json!({
+                "format": match i.format {
+                    ImageFormat::Png => "png",
+                    ImageFormat::Jpeg => "jpeg",
+                },
+                "width": i.width,
+                "height": i.height,
+                "caption": i.caption,
+                "data": base64::engine::general_purpose::STANDARD.encode(&i.data),
+            });
+            (ItemKind::Image.code(), 0, body.to_string())
+        }
     }
+}
+
+/// A stored image's JSON read back (its bytes decoded).
+pub fn image_of(body: &str) -> Option<Image> {
+    use base64::Engine;
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some(Image {
+        format: ImageFormat::parse(v["format"].as_str()?)?,
+        width: v["width"].as_u64()? as u32,
+        height: v["height"].as_u64()? as u32,
+        caption: v["caption"].as_str().unwrap_or("").to_string(),
+        data: base64::engine::general_purpose::STANDARD
+            .decode(v["data"].as_str()?)
+            .ok()?,
+    })
 }
 
 /// Console lines among `items`.
@@ -152,6 +181,13 @@ impl StoredItem {
     pub fn to_item(&self) -> Item {
         let body = match self.kind {
             ItemKind::Histogram => ItemBody::Histogram(histogram_of(&self.body)),
+            ItemKind::Image => ItemBody::Image(image_of(&self.body).unwrap_or(Image {
+                format: ImageFormat::Png,
+                width: 0,
+                height: 0,
+                caption: String::new(),
+                data: Vec::new(),
+            })),
             ItemKind::Line => ItemBody::Line {
                 stream: self
                     .stream

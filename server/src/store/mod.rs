@@ -25,7 +25,7 @@ mod sqlite;
 
 pub use blob::{decode_records, encode_records, visit_values};
 use command::Command;
-pub use items::{ItemQuery, StoredItem};
+pub use items::{image_of, ItemQuery, StoredItem};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
