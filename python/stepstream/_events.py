@@ -27,9 +27,14 @@ def scalar(value: Any) -> Any:
 
 
 def numeric(logs: Optional[Mapping[str, Any]], skip=()) -> dict:
+    """The numbers, tensors and samples (``stepstream.Text``, ``Table``, ``Histogram``,
+    ``Image``) of a framework's logs; anything else is left out."""
     out = {}
     for k, v in (logs or {}).items():
         if k in skip:
+            continue
+        if hasattr(v, "__stepstream_sample__"):
+            out[str(k)] = v
             continue
         s = scalar(v)
         if s is not None:

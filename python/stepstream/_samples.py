@@ -11,21 +11,27 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional, Sequence
 
 
-class Text:
-    """A text sample: a model's generation, a decoded batch, a prompt."""
+class Text(str):
+    """A text sample: a model's generation, a decoded batch, a prompt. A ``str`` itself, so
+    a framework that keeps its logs as JSON (the HF ``Trainer``'s log history) keeps it."""
 
-    __slots__ = ("text",)
+    __slots__ = ()
 
-    def __init__(self, text: str):
+    def __new__(cls, text: str):
         if not isinstance(text, str):
             raise TypeError(f"stepstream.Text takes a str, not {type(text).__name__}")
-        self.text = text
+        return super().__new__(cls, text)
+
+    @property
+    def text(self) -> str:
+        return str.__str__(self)
 
     def __stepstream_sample__(self):
-        return ("text", self.text)
+        return ("text", str.__str__(self))
 
     def __repr__(self) -> str:
-        short = self.text if len(self.text) <= 40 else self.text[:37] + "..."
+        s = str.__str__(self)
+        short = s if len(s) <= 40 else s[:37] + "..."
         return f"Text({short!r})"
 
 

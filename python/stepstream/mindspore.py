@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import mindspore as ms
 from mindspore import nn, ops
@@ -158,6 +158,9 @@ class StepStreamCallback(Callback):
         train end.
     seq_len: tokens per sample, for ``tokens_per_sec``.
     perplexity: also record ``exp(loss)`` (language models).
+    samples: ``samples(step, run_context) -> {key: stepstream.Text(...) | Table | Image |
+        Histogram}``, called at step 1 and every ``samples_every`` steps: what the model
+        generates now, logged beside the step's values.
     lr_every: for a schedule that cannot be evaluated on a vector of steps: read it every
         N steps (a read costs ~0.5 ms in graph mode and ~5 ms in PyNative). Schedules that
         can (the usual ones: elementwise in the step) are evaluated ``LR_CHUNK`` steps at a
@@ -172,6 +175,8 @@ class StepStreamCallback(Callback):
         seq_len: Optional[int] = None,
         perplexity: bool = False,
         lr_every: int = 1,
+        samples: Optional[Callable[[int, Any], Mapping[str, Any]]] = None,
+        samples_every: int = 100,
         **init_kwargs: Any,
     ):
         super().__init__()
@@ -182,6 +187,8 @@ class StepStreamCallback(Callback):
         self.seq_len = seq_len
         self.perplexity = perplexity
         self.lr_every = max(1, int(lr_every))
+        self.samples = samples
+        self.samples_every = max(1, int(samples_every))
         self._lr_reader = None
         self._batch: Optional[int] = None
         # A schedule's values for global steps [_chunk_start, _chunk_start + len(_chunk)).
@@ -344,6 +351,15 @@ class StepStreamCallback(Callback):
         sink = p.get("sink_size") if hasattr(p, "get") else None
         if sink:
             rec["sink_size"] = sink
+        if self.samples is not None and (step == 1 or step % self.samples_every == 0):
+            # What the training code generates (a text, a table, an image, a histogram),
+            # logged with the step's values; a failing generator never stops training.
+            try:
+                rec.update(self.samples(step, run_context) or {})
+            except Exception as e:  # noqa: BLE001
+                import warnings
+
+                warnings.warn(f"stepstream: the samples callback failed at step {step}: {e!r}")
         self.run.log(rec, step=step)
         self._last_end = time.perf_counter()
 

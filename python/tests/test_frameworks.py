@@ -53,6 +53,9 @@ def test_transformers_trainer(hub, tmp_path):
     tokens = hub.series(r["run_id"], "tokens_seen")
     assert tokens[12] == 12 * 4 * 16, tokens
     assert len(hub.series(r["run_id"], "tokens_per_sec")) == 11
+    # A Text logged through the Trainer reaches the run, at its step.
+    gens = hub.api(f"/api/runs/{r['run_id']}/samples?key=generation&from_step=0")["samples"]
+    assert [(g["step"], g["body"]) for g in gens] == [(6, "generated at step 6"), (12, "generated at step 12")]
 
 
 def test_lightning_logger_beside_another(hub, tmp_path):
@@ -65,6 +68,9 @@ def test_lightning_logger_beside_another(hub, tmp_path):
     for step, v in csv_rows.items():
         assert ours[step] == pytest.approx(v, rel=1e-6)
     assert len(hub.series(r["run_id"], "val_loss")) == 2
+    gens = hub.api(f"/api/runs/{r['run_id']}/samples?key=generation&from_step=0")["samples"]
+    # (The sanity check's validation may add one at step 0.)
+    assert [(g["step"], g["body"]) for g in gens if g["step"] > 0] == [(8, "epoch 0"), (16, "epoch 1")], gens
 
 
 def assert_fit_of_eight_steps(hub, r, lr_metric, eval_metric):

@@ -168,3 +168,22 @@ def test_plain_model_lr_is_exact_at_every_step(hub, tmp_path, schedule):
     assert sorted(lr) == list(range(1, steps + 1))
     for step, value in lr.items():
         assert value == pytest.approx(mstrain.schedule(step - 1, steps), rel=1e-5), f"lr at step {step}"
+
+
+def test_samples_callback_logs_text_and_a_weight_histogram_beside_the_steps(hub, tmp_path):
+    import stepstream
+
+    def samples(step, run_context):
+        net = run_context.original_args().train_network
+        weight = net.trainable_params()[0]
+        return {"note": stepstream.Text(f"step {step}"), "weights": stepstream.Histogram(weight, bins=8)}
+
+    run, steps, _initial, _data = mstrain.train(hub.url, str(tmp_path), samples=samples, samples_every=8)
+    hub.wait("the run to finish", lambda: hub.run(run.run_id)["status"] == "finished")
+    notes = hub.api(f"/api/runs/{run.run_id}/samples?key=note&from_step=0")["samples"]
+    assert [(n["step"], n["body"]) for n in notes] == [(s, f"step {s}") for s in (1, 8, 16, 24)]
+    hists = hub.api(f"/api/runs/{run.run_id}/samples?key=weights&from_step=0")["samples"]
+    assert [h["step"] for h in hists] == [1, 8, 16, 24]
+    weight_count = 32 * 16  # the first Dense layer's weight
+    assert all(sum(h["body"]["counts"]) == weight_count for h in hists), hists[0]
+    assert hub.run(run.run_id)["records"] == steps

@@ -5,6 +5,8 @@ import json
 import sys
 
 import torch
+
+import stepstream
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 from transformers.optimization import get_linear_schedule_with_warmup
 
@@ -23,7 +25,16 @@ args = TrainingArguments(
     include_num_input_tokens_seen=True, run_name="tiny-gpt2",
 )
 cb = StepStreamCallback(hub=hub, project="frameworks", archive_dir=out, system_metrics=False)
-Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8], callbacks=[cb]).train()
+class Generating(Trainer):
+    """After each evaluation, a generated sample goes to the logs, as a user's would."""
+
+    def evaluate(self, *a, **k):
+        metrics = super().evaluate(*a, **k)
+        self.log({"generation": stepstream.Text(f"generated at step {self.state.global_step}")})
+        return metrics
+
+
+Generating(model=model, args=args, train_dataset=data, eval_dataset=data[:8], callbacks=[cb]).train()
 # The reference: the same schedule, stepped by hand.
 opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=base)
 sched = get_linear_schedule_with_warmup(opt, warmup, steps)

@@ -9,6 +9,8 @@ import sys
 
 import lightning as L
 import torch
+
+import stepstream
 from lightning.pytorch.loggers import CSVLogger
 
 from stepstream.lightning import StepStreamLogger
@@ -32,6 +34,11 @@ class Tiny(L.LightningModule):
     def validation_step(self, batch, i):
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def on_validation_epoch_end(self):
+        # A generated sample straight to our logger, as a user would.
+        self.loggers[0].log_metrics({"generation": stepstream.Text(f"epoch {self.current_epoch}")},
+                                    step=self.global_step)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
