@@ -574,3 +574,79 @@ fn bench_embed_first_draw() {
         warm / reference
     );
 }
+
+/// `data-panel`: a widget shows a run's console (its tail, then live lines), or the newest
+/// text or image sample of a key, from another origin, over the same shared socket.
+#[test]
+fn widget_panels_show_a_runs_console_text_and_image_live() {
+    use stepstream_protocol::{ImageFormat, ItemBody, RunId, Stream};
+    let site = StaticSite::start();
+    let hub = Hub::start(&["--allow-origin", &site.origin()]);
+    let mut o = Options::new(&hub.ws(), "embed", "panels");
+    o.run_id = Some(RunId::new("panels").unwrap());
+    let run = Collector::start(o).unwrap();
+    let line = |text: &str| ItemBody::Line {
+        stream: Stream::Stdout,
+        text: text.into(),
+    };
+    for step in 0..50i64 {
+        run.log(step, &[("loss", 1.0)]);
+        run.log_item("", line(&format!("history line {step}")));
+    }
+    run.log_item_at(49, 1.0, "generation", ItemBody::Text("old text".into()));
+    run.flush();
+    wait_for("history stored", Duration::from_secs(20), || {
+        (run.acknowledged() == 50).then_some(())
+    });
+    let base = format!("hub=http://{}&run=panels", hub.addr());
+    let mut console = Browser::open(&site.page("127.0.0.1", &format!("{base}&panel=console")));
+    console.wait(
+        "the console's tail",
+        Duration::from_secs(20),
+        "(() => { const e = document.querySelector('[data-stepstream-run]'); \
+         return e && e.dataset.lines == '50' && e.textContent.includes('history line 49'); })()",
+    );
+    let mut text =
+        Browser::open(&site.page("127.0.0.1", &format!("{base}&panel=text&key=generation")));
+    text.wait(
+        "the newest text",
+        Duration::from_secs(20),
+        "(() => { const e = document.querySelector('[data-stepstream-run] div[data-panel=text]'); \
+         return e && e.textContent == 'old text'; })()",
+    );
+    let mut image =
+        Browser::open(&site.page("127.0.0.1", &format!("{base}&panel=image&key=picture")));
+    // Live: a line, a newer text and an image arrive while the pages are open.
+    std::thread::sleep(Duration::from_millis(500));
+    run.log(50, &[("loss", 0.5)]);
+    run.log_item("", line("a live line"));
+    run.log_item_at(50, 2.0, "generation", ItemBody::Text("new text".into()));
+    let raw = stepstream_collector::image::RawImage {
+        width: 3,
+        height: 2,
+        channels: 1,
+        pixels: vec![0, 50, 100, 150, 200, 250],
+        format: ImageFormat::Png,
+        quality: 90,
+        caption: "gray".into(),
+    };
+    run.log_image_at(50, 2.0, "picture", raw);
+    run.flush();
+    console.wait(
+        "the live line",
+        Duration::from_secs(10),
+        "document.querySelector('[data-stepstream-run]').textContent.includes('a live line')",
+    );
+    text.wait(
+        "the newer text",
+        Duration::from_secs(10),
+        "document.querySelector('[data-stepstream-run] div[data-panel=text]').textContent == 'new text'",
+    );
+    image.wait(
+        "the image, loaded from the hub",
+        Duration::from_secs(10),
+        "(() => { const i = document.querySelector('[data-stepstream-run] div[data-panel=image] img'); \
+         return i && i.complete && i.naturalWidth == 3 && i.naturalHeight == 2; })()",
+    );
+    run.finish(Outcome::Finished);
+}

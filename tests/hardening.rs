@@ -403,6 +403,7 @@ fn raw_subscribe(s: &mut std::net::TcpStream, hub: &Hub, run: &RunId) {
         from_step: None,
         budget: None,
         after_seq: None,
+        items: false,
     })
     .encode();
     // A masked binary frame (clients must mask); the mask is zero, so bytes go as they are.

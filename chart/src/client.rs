@@ -44,6 +44,8 @@ struct Sub {
     /// Resubscribed on the same socket: frames of the replaced subscription may still be in
     /// flight. Every subscription starts with a `Metrics` frame; points count from it.
     awaiting_intro: bool,
+    /// Its live frames carry console lines and samples (a widget's panel).
+    items: bool,
 }
 
 /// The client state of one viewer socket.
@@ -147,6 +149,22 @@ impl Client {
         self.sync()
     }
 
+    /// Wants `run`'s console lines and samples too (kept in [`Client::items`]); a run
+    /// subscribed without them starts over. Returns the frames to send.
+    pub fn want_items(&mut self, run: &RunId, last_point_ms: f64) -> Vec<FromViewer> {
+        let mut frames = self.want(run, Some(&[]), last_point_ms);
+        let sub = self.subs.entry(run.clone()).or_default();
+        if !sub.items {
+            sub.items = true;
+            if sub.subscribed {
+                sub.subscribed = false;
+                sub.awaiting_intro = true;
+            }
+            frames.extend(self.sync());
+        }
+        frames
+    }
+
     /// No longer wants `runs`: their points are dropped. Returns the frames to send.
     pub fn unwant(&mut self, runs: &[RunId]) -> Vec<FromViewer> {
         let gone: Vec<RunId> = runs
@@ -214,6 +232,7 @@ impl Client {
                 from_step: None,
                 budget: held.is_none().then_some(HISTORY_BUDGET),
                 after_seq: held,
+                items: self.keep_items || sub.items,
             }));
         }
         frames
@@ -291,7 +310,8 @@ impl Client {
                     .runs
                     .get_mut(&l.run_id)
                     .is_some_and(|d| d.live(&l, now_ms));
-                if applied && self.keep_items && !l.items.is_empty() {
+                let wanted = self.keep_items || self.subs.get(&l.run_id).is_some_and(|s| s.items);
+                if applied && wanted && !l.items.is_empty() {
                     // The same seam as the points': a batch's items once, when it applies.
                     self.items
                         .push((l.run_id.clone(), l.seq, std::mem::take(&mut l.items)));

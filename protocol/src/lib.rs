@@ -258,6 +258,9 @@ pub struct Subscribe {
     /// evaluation at an earlier step, a resumed run that rewinds). A cut by step would lose
     /// those for the rest of the subscription.
     pub after_seq: Option<u64>,
+    /// Live frames carry the run's console lines and samples too (an image's place, not its
+    /// bytes); a chart alone does without.
+    pub items: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

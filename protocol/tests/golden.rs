@@ -201,6 +201,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 from_step: Some(100),
                 budget: Some(2000),
                 after_seq: Some(41),
+                items: true,
             })
             .encode(),
         ),

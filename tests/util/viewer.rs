@@ -126,6 +126,7 @@ impl Viewer {
             from_step: None,
             budget,
             after_seq: None,
+            items: true,
         }));
     }
 
@@ -137,6 +138,7 @@ impl Viewer {
             from_step: None,
             budget: None,
             after_seq: Some(held),
+            items: true,
         }));
     }
 

@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::rc::{Rc, Weak};
 use stepstream_chart::client::{Change, Client};
 use stepstream_chart::ws::{self, Handlers, Link, Socket};
-use stepstream_protocol::{FromViewer, RunId, ToViewer};
+use stepstream_protocol::{FromViewer, ItemBody, RunId, Stream, ToViewer};
 use wasm_bindgen::JsCast;
 
 thread_local! {
@@ -35,6 +35,30 @@ pub fn version() -> u64 {
 /// Sockets open (or opening) on this page.
 pub fn count() -> usize {
     CONNECTIONS.with(|c| c.borrow().len())
+}
+
+/// Console lines and samples a connection keeps per run, at most.
+pub const KEPT_ITEMS: usize = 500;
+
+/// A console line or a sample as a panel shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shown {
+    Line {
+        step: i64,
+        stderr: bool,
+        text: String,
+    },
+    Text {
+        key: String,
+        step: i64,
+        text: String,
+    },
+    Image {
+        key: String,
+        step: i64,
+        src: String,
+        caption: String,
+    },
 }
 
 /// What the hub's HTTP API said about a run (or about a socket that would not open).
@@ -74,10 +98,14 @@ pub struct Connection {
     users: HashMap<u32, (Vec<RunId>, Vec<String>)>,
     /// The hub's last complaint, shown until the next frame that changes something.
     pub last_error: Option<String>,
+    /// Console lines and samples of the runs a panel shows: the history read over HTTP
+    /// and those of live batches, by `(seq, idx)`, the newest [`KEPT_ITEMS`] per run.
+    pub items: HashMap<RunId, std::collections::BTreeMap<(u64, u32), Shown>>,
     me: Weak<RefCell<Connection>>,
 }
 
 /// The socket for `key`, opened on first use; registers widget `id`'s runs and metrics.
+#[allow(clippy::too_many_arguments)]
 pub fn attach(
     key: &str,
     base: &str,
@@ -86,6 +114,7 @@ pub fn attach(
     id: u32,
     runs: &[RunId],
     metrics: &[String],
+    panel: Option<&str>,
 ) -> Rc<RefCell<Connection>> {
     let existing = CONNECTIONS.with(|c| c.borrow().get(key).cloned());
     let conn = match existing {
@@ -110,6 +139,7 @@ pub fn attach(
                     probes: HashMap::new(),
                     users: HashMap::new(),
                     last_error: None,
+                    items: HashMap::new(),
                     me: me.clone(),
                 })
             });
@@ -120,8 +150,102 @@ pub fn attach(
         }
     };
     conn.borrow_mut().add_user(id, runs, metrics);
+    if let Some(history) = panel {
+        // A panel: the runs' console lines and samples, the history over HTTP.
+        for run in runs {
+            let frames = conn
+                .borrow_mut()
+                .client
+                .want_items(run, js_sys::Date::now());
+            conn.borrow().send_all(frames);
+            let mut url = format!(
+                "{base}/api/runs/{}/{history}",
+                String::from(js_sys::encode_uri_component(run.as_str()))
+            );
+            if let Some(t) = token {
+                url.push_str("&token=");
+                url.push_str(&String::from(js_sys::encode_uri_component(t)));
+            }
+            load_history(Rc::downgrade(&conn), run.clone(), url);
+        }
+    }
     changed();
     conn
+}
+
+/// Reads a run's console tail or samples (`url`, the API's JSON) into the connection.
+fn load_history(conn: Weak<RefCell<Connection>>, run: RunId, url: String) {
+    wasm_bindgen_futures::spawn_local(async move {
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let Ok(answer) = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(&url)).await
+        else {
+            return;
+        };
+        let Ok(response) = answer.dyn_into::<web_sys::Response>() else {
+            return;
+        };
+        let Ok(text) = response.text() else {
+            return;
+        };
+        let Some(text) = wasm_bindgen_futures::JsFuture::from(text)
+            .await
+            .ok()
+            .and_then(|t| t.as_string())
+        else {
+            return;
+        };
+        let Ok(v) = js_sys::JSON::parse(&text) else {
+            return;
+        };
+        let get = |o: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(o, &k.into()).ok();
+        let num = |o: &wasm_bindgen::JsValue, k: &str| get(o, k).and_then(|x| x.as_f64());
+        let string = |o: &wasm_bindgen::JsValue, k: &str| {
+            get(o, k).and_then(|x| x.as_string()).unwrap_or_default()
+        };
+        let list = get(&v, "lines")
+            .filter(|l| l.is_object())
+            .or_else(|| get(&v, "samples"))
+            .map(|l| js_sys::Array::from(&l))
+            .unwrap_or_default();
+        let Some(conn) = conn.upgrade() else {
+            return;
+        };
+        let mut found = Vec::new();
+        for o in list.iter() {
+            let at = (
+                num(&o, "seq").unwrap_or(0.0) as u64,
+                num(&o, "idx").unwrap_or(0.0) as u32,
+            );
+            let step = num(&o, "step").unwrap_or(0.0) as i64;
+            let shown = match get(&o, "kind").and_then(|k| k.as_string()).as_deref() {
+                None => Shown::Line {
+                    step,
+                    stderr: string(&o, "stream") == "stderr",
+                    text: string(&o, "text"),
+                },
+                Some("text") => Shown::Text {
+                    key: string(&o, "key"),
+                    step,
+                    text: string(&o, "body"),
+                },
+                Some("image") => {
+                    let body = get(&o, "body").unwrap_or_default();
+                    Shown::Image {
+                        key: string(&o, "key"),
+                        step,
+                        src: string(&body, "src"),
+                        caption: string(&body, "caption"),
+                    }
+                }
+                _ => continue,
+            };
+            found.push((at, shown));
+        }
+        conn.borrow_mut().keep(&run, found);
+        changed();
+    });
 }
 
 /// Unregisters widget `id`; the socket closes with its last widget.
@@ -198,7 +322,7 @@ impl Connection {
         self.send_all(frames);
     }
 
-    fn send_all(&self, frames: Vec<FromViewer>) {
+    pub(crate) fn send_all(&self, frames: Vec<FromViewer>) {
         if let Some(s) = &self.socket {
             for f in &frames {
                 s.send(f);
@@ -273,9 +397,47 @@ impl Connection {
         }
     }
 
+    /// Keeps a run's console lines and samples, the newest [`KEPT_ITEMS`].
+    fn keep(&mut self, run: &RunId, found: Vec<((u64, u32), Shown)>) {
+        let held = self.items.entry(run.clone()).or_default();
+        held.extend(found);
+        while held.len() > KEPT_ITEMS {
+            held.pop_first();
+        }
+    }
+
     fn on_message(&mut self, msg: ToViewer) {
         let (change, frames) = self.client.on_message(msg, js_sys::Date::now());
         self.send_all(frames);
+        for (run, seq, items) in std::mem::take(&mut self.client.items) {
+            let found = items
+                .into_iter()
+                .enumerate()
+                .filter_map(|(idx, item)| {
+                    let shown = match item.body {
+                        ItemBody::Line { stream, text } => Shown::Line {
+                            step: item.step,
+                            stderr: stream == Stream::Stderr,
+                            text,
+                        },
+                        ItemBody::Text(text) => Shown::Text {
+                            key: item.key,
+                            step: item.step,
+                            text,
+                        },
+                        ItemBody::Image(i) => Shown::Image {
+                            src: format!("/api/runs/{}/image?seq={seq}&idx={idx}", run.as_str()),
+                            key: item.key,
+                            step: item.step,
+                            caption: i.caption,
+                        },
+                        _ => return None,
+                    };
+                    Some(((seq, idx as u32), shown))
+                })
+                .collect();
+            self.keep(&run, found);
+        }
         match change {
             Change::Listed(_) | Change::Summaries(_) => self.ask_about_unlisted(),
             Change::Points(_) => {

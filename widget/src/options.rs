@@ -17,8 +17,24 @@ pub enum ThemeChoice {
     Auto,
 }
 
+/// What the widget shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Panel {
+    /// The curves of its metrics.
+    Chart,
+    /// The runs' console, live.
+    Console,
+    /// The newest text sample of `key`.
+    Text,
+    /// The newest image of `key`.
+    Image,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
+    pub panel: Panel,
+    /// The sample key a text or image panel shows.
+    pub key: Option<String>,
     /// The hub's http(s) base URL.
     pub hub: String,
     pub runs: Vec<RunId>,
@@ -38,7 +54,9 @@ pub struct Options {
 
 /// The option names, as attributes (`data-` + name; the run is `data-stepstream-run`) and
 /// as keys of the JS object.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
+    "panel",
+    "key",
     "hub",
     "run",
     "metric",
@@ -125,7 +143,22 @@ impl Options {
             Some("dark") => ThemeChoice::Dark,
             Some(t) => return Err(format!("theme={t:?}: use light, dark or auto")),
         };
+        let panel = match get("panel").as_deref().map(str::trim) {
+            None | Some("") | Some("chart") => Panel::Chart,
+            Some("console") => Panel::Console,
+            Some("text") => Panel::Text,
+            Some("image") => Panel::Image,
+            Some(p) => return Err(format!("panel={p:?}: use chart, console, text or image")),
+        };
+        let key = get("key")
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty());
+        if matches!(panel, Panel::Text | Panel::Image) && key.is_none() {
+            return Err("a text or image panel needs data-key: the sample's key".into());
+        }
         Ok(Options {
+            panel,
+            key,
             hub,
             runs,
             metrics,

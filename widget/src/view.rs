@@ -6,8 +6,17 @@
 //! element carries test hooks: `data-state`, `data-points`, `data-drawn`, `data-last-step`,
 //! `data-socket` (the shared socket's serial), `data-message`, `data-first-draw-ms`.
 
-use crate::connection::{self, Connection, Probe};
-use crate::options::{Options, ThemeChoice};
+use crate::connection::{self, Connection, Probe, Shown};
+use crate::options::{Options, Panel, ThemeChoice};
+
+fn panel_code(p: Panel) -> &'static str {
+    match p {
+        Panel::Chart => "chart",
+        Panel::Console => "console",
+        Panel::Text => "text",
+        Panel::Image => "image",
+    }
+}
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use stepstream_chart::scale::Axis;
@@ -79,6 +88,8 @@ pub struct View {
     pub opts: Options,
     root: HtmlElement,
     canvas: HtmlCanvasElement,
+    /// A console, text or image panel's content (the canvas stays empty then).
+    panel: HtmlElement,
     status: HtmlElement,
     conn: Rc<RefCell<Connection>>,
     drawn_version: Cell<u64>,
@@ -119,11 +130,22 @@ impl View {
         let _ = cs.set_property("display", "block");
         let _ = cs.set_property("width", "100%");
         let _ = cs.set_property("height", &format!("{}px", opts.height));
+        let panel = element("div");
+        if opts.panel != Panel::Chart {
+            let _ = cs.set_property("display", "none");
+            let ps = panel.style();
+            let _ = ps.set_property("height", &format!("{}px", opts.height));
+            let _ = ps.set_property("overflow", "auto");
+            let _ = ps.set_property("font", "12px/1.45 ui-monospace, Menlo, Consolas, monospace");
+            let _ = ps.set_property("white-space", "pre-wrap");
+            let _ = panel.set_attribute("data-panel", panel_code(opts.panel));
+        }
         let status = element("div");
         let ss = status.style();
         let _ = ss.set_property("font", "12px system-ui, sans-serif");
         let _ = ss.set_property("padding", "2px 4px");
         let _ = root.append_child(&canvas);
+        let _ = root.append_child(&panel);
         let _ = root.append_child(&status);
         let conn = connection::attach(
             &opts.connection_key(),
@@ -133,6 +155,11 @@ impl View {
             id,
             &opts.runs,
             &opts.metrics,
+            match opts.panel {
+                Panel::Chart => None,
+                Panel::Console => Some("console?limit=200"),
+                Panel::Text | Panel::Image => Some("samples?limit=200"),
+            },
         );
         let _ = root.set_attribute("data-socket", &conn.borrow().serial.to_string());
         View {
@@ -140,6 +167,7 @@ impl View {
             opts,
             root,
             canvas,
+            panel,
             status,
             conn,
             drawn_version: Cell::new(u64::MAX),
@@ -277,7 +305,91 @@ impl View {
         }
         self.drawn_version.set(version);
         self.drawn_size.set(size);
-        self.draw(&c, th);
+        if self.opts.panel == Panel::Chart {
+            self.draw(&c, th);
+        } else {
+            self.draw_panel(&c, dark);
+        }
+    }
+
+    /// A console panel's newest lines (of every run, by time of arrival per run), or the
+    /// newest text or image of the panel's key.
+    fn draw_panel(&self, c: &Connection, dark: bool) {
+        let _ = self
+            .panel
+            .style()
+            .set_property("color", if dark { "#e5e7eb" } else { "#111827" });
+        let held = self.opts.runs.iter().filter_map(|r| c.items.get(r));
+        match self.opts.panel {
+            Panel::Console => {
+                let mut lines: Vec<(i64, bool, &str)> = held
+                    .flat_map(|m| m.values())
+                    .filter_map(|s| match s {
+                        Shown::Line { step, stderr, text } => Some((*step, *stderr, text.as_str())),
+                        _ => None,
+                    })
+                    .collect();
+                let keep = lines.len().saturating_sub(200);
+                lines.drain(..keep);
+                self.panel.set_text_content(None);
+                for (step, stderr, text) in &lines {
+                    let line = element("div");
+                    line.set_text_content(Some(text));
+                    let _ = line.set_attribute("data-step", &step.to_string());
+                    if *stderr {
+                        let _ = line.style().set_property("color", "#dc2626");
+                    }
+                    let _ = self.panel.append_child(&line);
+                }
+                self.panel.set_scroll_top(self.panel.scroll_height());
+                let _ = self
+                    .root
+                    .set_attribute("data-lines", &lines.len().to_string());
+            }
+            Panel::Text | Panel::Image => {
+                let key = self.opts.key.as_deref().unwrap_or("");
+                // The newest by step (then by arrival).
+                let newest = held
+                    .flat_map(|m| m.values())
+                    .filter(|s| match s {
+                        Shown::Text { key: k, .. } | Shown::Image { key: k, .. } => k == key,
+                        _ => false,
+                    })
+                    .max_by_key(|s| match s {
+                        Shown::Text { step, .. } | Shown::Image { step, .. } => *step,
+                        _ => i64::MIN,
+                    });
+                self.panel.set_text_content(None);
+                match newest {
+                    Some(Shown::Text { step, text, .. }) => {
+                        self.panel.set_text_content(Some(text));
+                        let _ = self
+                            .root
+                            .set_attribute("data-sample-step", &step.to_string());
+                    }
+                    Some(Shown::Image {
+                        step, src, caption, ..
+                    }) => {
+                        let img = element("img");
+                        let mut url = format!("{}{src}", self.opts.http_base());
+                        if let Some(t) = &self.opts.token {
+                            url.push_str("&token=");
+                            url.push_str(&String::from(js_sys::encode_uri_component(t)));
+                        }
+                        let _ = img.set_attribute("src", &url);
+                        let _ = img.set_attribute("alt", caption);
+                        let _ = img.style().set_property("max-width", "100%");
+                        let _ = img.style().set_property("max-height", "100%");
+                        let _ = self.panel.append_child(&img);
+                        let _ = self
+                            .root
+                            .set_attribute("data-sample-step", &step.to_string());
+                    }
+                    _ => {}
+                }
+            }
+            Panel::Chart => {}
+        }
     }
 
     fn draw(&self, c: &Connection, th: &theme::Theme) {

@@ -571,15 +571,18 @@ fn publish_batch(
     items: &[stepstream_protocol::Item],
 ) {
     if run.live.receiver_count() > 0 {
+        let items: Arc<[stepstream_protocol::Item]> =
+            items.iter().map(without_image_bytes).collect();
         let frame = encode(ToViewer::Live(stepstream_protocol::Live {
             run_id,
             seq,
             records: records.to_vec(),
-            items: items.iter().map(without_image_bytes).collect(),
+            items: items.to_vec(),
         }));
         let _ = run.live.send(LiveEvent::Batch {
             seq,
             records: records.clone(),
+            items,
             frame,
         });
     }

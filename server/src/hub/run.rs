@@ -12,6 +12,9 @@ pub enum LiveEvent {
     Batch {
         seq: u64,
         records: Arc<[StepRecord]>,
+        /// Its console lines and samples as viewers get them (an image's place, not its
+        /// bytes).
+        items: Arc<[stepstream_protocol::Item]>,
         /// The `ToViewer::Live` frame of the whole batch, encoded once for every viewer
         /// that takes all metrics.
         frame: Bytes,

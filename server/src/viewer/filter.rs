@@ -13,6 +13,8 @@ pub(super) struct Filter {
     pub(super) budget: Option<usize>,
     /// What the viewer already holds (a resubscription): batches through this seq.
     pub(super) after_seq: Option<u64>,
+    /// Console lines and samples in live frames.
+    pub(super) items: bool,
 }
 
 impl Filter {
@@ -23,6 +25,7 @@ impl Filter {
             from_step: sub.from_step,
             budget: sub.budget.map(|b| b as usize),
             after_seq: sub.after_seq,
+            items: sub.items,
         }
     }
 
@@ -41,7 +44,7 @@ impl Filter {
     }
 
     pub(super) fn takes_everything(&self) -> bool {
-        self.names.is_none() && self.from_step.is_none()
+        self.names.is_none() && self.from_step.is_none() && self.items
     }
 
     pub(super) fn wants(&self, id: MetricId) -> bool {

@@ -394,6 +394,7 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             Ok(LiveEvent::Batch {
                 seq,
                 records,
+                items,
                 frame: whole,
             }) => {
                 if seq <= last {
@@ -404,15 +405,21 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
                     out.send(whole).await
                 } else {
                     let records = filter.records(&records);
-                    if records.is_empty() {
+                    // A viewer of some metrics (a widget's chart) takes no console lines
+                    // unless it asked for them (a widget's console or sample panel).
+                    let items = if filter.items {
+                        items.to_vec()
+                    } else {
+                        Vec::new()
+                    };
+                    if records.is_empty() && items.is_empty() {
                         continue;
                     }
-                    // A viewer of some metrics (a widget's chart) takes no console lines.
                     out.send(frame(ToViewer::Live(Live {
                         run_id: run_id.clone(),
                         seq,
                         records,
-                        items: Vec::new(),
+                        items,
                     })))
                     .await
                 }

@@ -84,6 +84,7 @@ pub fn fleet(hub: &str, pid: &[u32], args: &Args) -> Result<()> {
                 from_step: None,
                 budget: None,
                 after_seq: None,
+                items: false,
             });
             let _ = ws
                 .send(tokio_tungstenite::tungstenite::Message::Binary(

@@ -268,6 +268,7 @@ fn latency(hub: &str, rate: f64, seconds: f64) -> Result<()> {
         from_step: None,
         budget: None,
         after_seq: None,
+        items: false,
     });
     rt.block_on(ws.send(tokio_tungstenite::tungstenite::Message::Binary(
         sub.encode().into(),
