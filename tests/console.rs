@@ -647,3 +647,38 @@ fn layer_heatmaps_show_which_layer_diverged_and_histograms_draw_as_bands() {
     assert!(ink.as_u64().unwrap() > 500);
     run.finish(Outcome::Finished);
 }
+
+/// The console, samples and images of a run are read as its scalars are: a token scoped to
+/// another project reads none of them, a token of its project reads all of them.
+#[test]
+fn a_scoped_token_reads_the_console_and_samples_of_its_projects_only() {
+    let hub = Hub::start_with_tokens(
+        "[[tokens]]\ntoken = \"vision-reader\"\naccess = \"read\"\nprojects = [\"vision\"]\n",
+        &[],
+    );
+    let mut o = Options::new(&hub.ws(), "audio", "speech");
+    o.run_id = Some(RunId::new("speech").unwrap());
+    o.token = Some("w".into());
+    let run = Collector::start(o).unwrap();
+    run.log(0, &[("loss", 1.0)]);
+    run.log_item("", line("secret line", Stream::Stdout));
+    run.log_item_at(0, 1.0, "gen", ItemBody::Text("secret text".into()));
+    let report = run.finish(Outcome::Finished);
+    assert!(report.delivered && report.items_acked == 2, "{report:?}");
+    for path in [
+        "/api/runs/speech/console",
+        "/api/runs/speech/console?format=text",
+        "/api/runs/speech/samples?key=gen",
+        "/api/runs/speech/image?seq=1&idx=1",
+    ] {
+        let refused = http_get(&hub.addr(), path, Some("vision-reader"));
+        assert_eq!(refused.status, 403, "{path}: {}", refused.text());
+        assert!(!refused.text().contains("secret"), "{path}");
+        let anonymous = http_get(&hub.addr(), path, None);
+        assert_eq!(anonymous.status, 401, "{path}");
+    }
+    let ok = http_get(&hub.addr(), "/api/runs/speech/console", Some("r"));
+    assert!(ok.text().contains("secret line"), "{}", ok.text());
+    let ok = http_get(&hub.addr(), "/api/runs/speech/samples?key=gen", Some("r"));
+    assert!(ok.text().contains("secret text"), "{}", ok.text());
+}

@@ -281,6 +281,13 @@ impl Collector {
         self.send_record(step, wall_time, metrics, true);
     }
 
+    /// Says the training is at `step` now, for what is placed at the current step (console
+    /// lines, system samples) while its record waits elsewhere (a binding holding tensors
+    /// until they are read).
+    pub fn note_step(&self, step: i64) {
+        self.last_step.store(step, Ordering::Relaxed);
+    }
+
     /// Records system metrics (host, accelerators) at the last logged step; they go to the
     /// hub but not into the archive CSV, which holds training steps only.
     pub fn log_system(&self, metrics: &[(&str, f64)]) {

@@ -442,6 +442,9 @@ impl Run {
         };
         let step = step.unwrap_or(self.next_step);
         self.next_step = step + 1;
+        // Console lines printed from now on belong to this step, even while its record is
+        // held until its tensors are read.
+        c.note_step(step);
         let wall_time = unix_now();
         if self.held.is_empty() {
             let mut ids = std::mem::take(&mut self.scratch);

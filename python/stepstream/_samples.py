@@ -73,15 +73,21 @@ class Table:
 def _numpy_pack(x: Any, bins: int):
     import numpy as np
 
-    a = np.asarray(x, dtype=np.float64).reshape(-1)
-    finite = np.isfinite(a)
-    head = [0.0, 0.0, float(np.isnan(a).sum()), float(np.isposinf(a).sum()), float(np.isneginf(a).sum())]
-    if finite.any():
-        f = a[finite]
+    a = np.asarray(x).reshape(-1)
+    if a.dtype.kind not in "fiub":
+        a = a.astype(np.float64)
+    head = [0.0, 0.0, 0.0, 0.0, 0.0]
+    f = a
+    # In the values' own dtype (no float64 copy of a large float32 tensor); non-finite
+    # values counted apart only when there are any.
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        head[2:] = [float(np.isnan(a).sum()), float(np.isposinf(a).sum()), float(np.isneginf(a).sum())]
+        f = a[np.isfinite(a)]
+    if f.size:
         lo, hi = float(f.min()), float(f.max())
-        counts, _ = np.histogram(f, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, lo + 0.5))
-        if hi == lo:
+        if hi <= lo:
             lo, hi = lo - 0.5, lo + 0.5
+        counts, _ = np.histogram(f, bins=bins, range=(lo, hi))
         head[0], head[1] = lo, hi
         return np.concatenate([np.array(head), counts.astype(np.float64)])
     return np.concatenate([np.array(head), np.zeros(bins)])
@@ -125,8 +131,11 @@ class Histogram:
         if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 4096:
             raise ValueError(f"bins must be an int from 1 to 4096, not {bins!r}")
         module = type(values).__module__.split(".", 1)[0]
-        if module == "torch":
+        if module == "torch" and values.device.type != "cpu":
             self.pack = _torch_pack(values, bins)
+        elif module == "torch":
+            # On the CPU there is nothing to sync with: numpy's histogram is the faster.
+            self.pack = _numpy_pack(values.detach().reshape(-1).float().numpy(), bins)
         elif module == "mindspore" and hasattr(values, "asnumpy"):
             self.pack = _numpy_pack(values.asnumpy(), bins)
         elif module == "paddle" and hasattr(values, "numpy"):

@@ -59,6 +59,14 @@ class StepStreamLogger(Logger):
         return self._lazy
 
     @rank_zero_only
+    def watch(self, model: Any, every: int = 100, histograms: bool = False):
+        """Every layer's gradient and weight norms (and histograms) every ``every``
+        backward passes (``stepstream.torch.watch``), as ``WandbLogger.watch`` does."""
+        from .torch import watch
+
+        return watch(model, self._lazy.start(config=self._config), every=every, histograms=histograms)
+
+    @rank_zero_only
     def log_hyperparams(self, params: Union[Mapping[str, Any], Namespace], *args: Any, **kwargs: Any) -> None:
         self._config.update(_plain(params))
         self._lazy.start(config=self._config)

@@ -34,8 +34,13 @@ def _to_dict(obj: Any) -> dict:
 
 
 class StepStreamCallback:
-    def __init__(self, **init_kwargs: Any):
-        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
+    def __init__(self, *, watch: Optional[int] = None, watch_histograms: bool = False, **init_kwargs: Any):
+        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...).
+        ``watch=N``: every layer's gradient and weight norms (and, with ``watch_histograms``,
+        their histograms) every N optimizer steps, as ``stepstream.torch.watch`` logs them
+        (a PyTorch model)."""
+        self._watch = (watch, watch_histograms)
+        self._watching = None
         self._lazy = Lazy(init_kwargs.pop("framework", "transformers"), init_kwargs)
         self._all_ranks = bool(init_kwargs.get("all_ranks", False))
         self._lr: Optional[Any] = None
@@ -61,7 +66,12 @@ class StepStreamCallback:
         model_config = getattr(model, "config", None)
         if model_config is not None:
             config["model_config"] = _to_dict(model_config)
-        self._lazy.start(config=config, name=getattr(args, "run_name", None))
+        run = self._lazy.start(config=config, name=getattr(args, "run_name", None))
+        every, histograms = self._watch
+        if every and model is not None and run is not None and self._watching is None:
+            from .torch import watch
+
+            self._watching = watch(model, run, every=every, histograms=histograms)
 
     def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
         # The lr this step applies: the scheduler steps after the optimizer.

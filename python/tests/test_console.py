@@ -1,5 +1,5 @@
 """The console and samples of real trainings: output from Python, from os.write and from C
-(ctypes printf) with a tqdm-like progress bar, captured at the file-descriptor level while the
+(ctypes printf) with a tqdm progress bar, captured at the file-descriptor level while the
 terminal still gets every byte; a run that raises; a SIGKILLed run; Text and Table samples,
 and bad ones that warn while the run goes on."""
 
@@ -18,12 +18,19 @@ import stepstream
 SCRIPT = textwrap.dedent(
     """
     import ctypes, os, sys, time
+    import torch
+    from tqdm import tqdm
     import stepstream
     run = stepstream.init(hub=sys.argv[1], name="console", run_id=sys.argv[2], archive_dir=None,
                           system_metrics=False)
     libc = ctypes.CDLL(None)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
     for step in range(5):
-        run.log({"loss": 1.0 / (step + 1)}, step=step)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        run.log({"loss": loss}, step=step)
         print(f"python print at step {step}", flush=True)
         os.write(1, f"os.write at step {step}\\n".encode())
         libc.printf(b"C printf at step %d\\n", ctypes.c_int(step))
@@ -32,9 +39,9 @@ SCRIPT = textwrap.dedent(
         # The rest of the step's work: a line takes the step current when its reader read
         # it, a fraction of a millisecond after it was printed.
         time.sleep(0.05)
-    for i in range(101):
-        sys.stderr.write(f"\\rprogress {i}%|" + "#" * (i // 10))
-    sys.stderr.write("\\n")
+    # A real tqdm bar: it redraws itself a hundred times on one line.
+    for _ in tqdm(range(100), file=sys.stderr, mininterval=0, ascii=True, ncols=60, desc="epoch"):
+        time.sleep(0.001)
     sys.stderr.flush()
     if sys.argv[3] == "raise":
         raise RuntimeError("diverged at step 4")
@@ -72,7 +79,8 @@ def test_python_os_write_and_c_output_are_captured_and_the_terminal_sees_it_all(
         assert f"os.write at step {step}\n" in out
         assert f"C printf at step {step}\n" in out
         assert f"warning on stderr at step {step}\n" in err
-    assert "\rprogress 100%|##########\n" in err
+    # The terminal got every redraw of the bar.
+    assert err.count("\r") >= 100 and "100/100" in err
     got = lines(hub, "con-ok")
     stdout = [l["text"] for l in got if l["stream"] == "stdout"]
     stderr = [l["text"] for l in got if l["stream"] == "stderr"]
@@ -81,7 +89,8 @@ def test_python_os_write_and_c_output_are_captured_and_the_terminal_sees_it_all(
         want += [f"python print at step {step}", f"os.write at step {step}", f"C printf at step {step}"]
     assert stdout == want
     # The progress bar is its last state, one line; each line at its step.
-    assert stderr == [f"warning on stderr at step {s}" for s in range(5)] + ["progress 100%|##########"]
+    assert stderr[:5] == [f"warning on stderr at step {s}" for s in range(5)]
+    assert len(stderr) == 6 and stderr[5].startswith("epoch: 100%|") and "100/100" in stderr[5], stderr
     steps = {l["text"]: l["step"] for l in got}
     assert steps["C printf at step 3"] == 3
     assert hub.run("con-ok")["status"] == "finished"
@@ -227,3 +236,27 @@ def test_images_and_histograms_and_bad_ones_warn_while_the_run_goes_on(hub):
     h = hub.api(f"/api/runs/{run.run_id}/samples?key=hist")["samples"][0]["body"]
     assert h["counts"] == [1.0, 1.0, 2.0] and h["nan"] == 1 and h["pos_inf"] == 1
     assert (h["lo"], h["hi"]) == (0.0, 3.0)
+
+
+def test_the_device_histogram_agrees_with_numpys():
+    # `_torch_pack` is what runs on an accelerator (no host sync); here on the CPU, against
+    # numpy's histogram of the same values.
+    import numpy as np
+    import torch
+
+    from stepstream._samples import _numpy_pack, _torch_pack
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(100_000, generator=g)
+    x[::1000] = float("nan")
+    x[1] = float("inf")
+    x[2] = float("-inf")
+    dev = _torch_pack(x, 32).tolist()
+    host = _numpy_pack(x.numpy(), 32).tolist()
+    assert dev[2:5] == host[2:5] == [100.0, 1.0, 1.0]
+    assert dev[0] == pytest.approx(host[0]) and dev[1] == pytest.approx(host[1])
+    assert sum(dev[5:]) == sum(host[5:]) == 100_000 - 102
+    assert max(abs(a - b) for a, b in zip(dev[5:], host[5:])) <= 2
+    # Constant and empty tensors.
+    assert _torch_pack(torch.full((10,), 3.0), 4).tolist()[:2] == [2.5, 3.5]
+    assert sum(_torch_pack(torch.zeros(0), 4).tolist()) == 0

@@ -53,6 +53,12 @@ def test_transformers_trainer(hub, tmp_path):
     tokens = hub.series(r["run_id"], "tokens_seen")
     assert tokens[12] == 12 * 4 * 16, tokens
     assert len(hub.series(r["run_id"], "tokens_per_sec")) == 11
+    # `watch=4`: every layer's norms at the first backward pass and every 4th.
+    info = hub.run(r["run_id"])
+    layers = [m for m in info["metrics"] if m.startswith("grad_norm/")]
+    assert "grad_norm/transformer.h.0.attn.c_attn" in layers and len(layers) > 5, layers
+    assert len(hub.series(r["run_id"], "grad_norm/transformer.h.0.attn.c_attn")) == 4
+    assert len(hub.series(r["run_id"], "weight_norm/transformer.wte")) == 4
     # A Text logged through the Trainer reaches the run, at its step.
     gens = hub.api(f"/api/runs/{r['run_id']}/samples?key=generation&from_step=0")["samples"]
     assert [(g["step"], g["body"]) for g in gens] == [(6, "generated at step 6"), (12, "generated at step 12")]

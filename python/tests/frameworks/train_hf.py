@@ -24,7 +24,7 @@ args = TrainingArguments(
     eval_steps=6, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
     include_num_input_tokens_seen=True, run_name="tiny-gpt2",
 )
-cb = StepStreamCallback(hub=hub, project="frameworks", archive_dir=out, system_metrics=False)
+cb = StepStreamCallback(hub=hub, project="frameworks", archive_dir=out, system_metrics=False, watch=4)
 class Generating(Trainer):
     """After each evaluation, a generated sample goes to the logs, as a user's would."""
 
