@@ -111,15 +111,7 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, ctx: &Ctx, run: &RunId, family: &st
     if names.is_empty() {
         return None;
     }
-    let dpr = stepstream_chart::fit(canvas);
-    let c2d = canvas
-        .get_context("2d")
-        .ok()??
-        .dyn_into::<web_sys::CanvasRenderingContext2d>()
-        .ok()?;
-    let _ = c2d.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0);
-    let (w, h) = (canvas.width() as f64 / dpr, canvas.height() as f64 / dpr);
-    c2d.clear_rect(0.0, 0.0, w, h);
+    let (c2d, w, h) = super::histograms::context(canvas)?;
     let last = STORE.with(|s| s.borrow().runs.get(run).and_then(|d| d.last_step()))? as f64;
     let (s0, s1) = ctx.window.get_untracked().unwrap_or((0.0, last.max(1.0)));
     let left = 110.0;

@@ -33,7 +33,9 @@ pub fn percentile(h: &Histogram, q: f64) -> Option<f64> {
     Some(h.hi)
 }
 
-fn context(
+/// The canvas fitted to its box and cleared, its 2D context scaled to CSS pixels, and its
+/// width and height in them (what the histograms and the heatmaps draw on).
+pub(super) fn context(
     canvas: &web_sys::HtmlCanvasElement,
 ) -> Option<(web_sys::CanvasRenderingContext2d, f64, f64)> {
     let dpr = stepstream_chart::fit(canvas);
