@@ -682,3 +682,63 @@ fn a_scoped_token_reads_the_console_and_samples_of_its_projects_only() {
     let ok = http_get(&hub.addr(), "/api/runs/speech/samples?key=gen", Some("r"));
     assert!(ok.text().contains("secret text"), "{}", ok.text());
 }
+
+/// Samples past the run's quota or the hub's are kept out of their batches, named in an error
+/// the collector reports, and counted as refused, not acknowledged; the records and console
+/// lines of those batches are stored, and a restarted hub still counts what was stored.
+#[test]
+fn samples_over_a_runs_or_the_hubs_quota_are_refused_by_name_and_nothing_else_is() {
+    let mut hub = Hub::start(&[
+        "--limit",
+        "run_sample_bytes=5000",
+        "--limit",
+        "hub_sample_bytes=8000",
+    ]);
+    let start = |ws: &str, id: &str| {
+        let mut o = Options::new(ws, "p", id);
+        o.run_id = Some(RunId::new(id).unwrap());
+        Collector::start(o).unwrap()
+    };
+    let text = |step: i64| ItemBody::Text(format!("{step:04}{}", "x".repeat(996)));
+    let a = start(&hub.ws(), "quota-a");
+    for step in 0..8i64 {
+        a.log(step, &[("loss", 1.0)]);
+        a.log_item("", line(&format!("line {step}"), Stream::Stdout));
+        a.log_item_at(step, unix_now(), "gen", text(step));
+        a.flush();
+    }
+    wait_for("the run quota named", Duration::from_secs(10), || {
+        a.last_error().filter(|e| e.contains("run_sample_bytes"))
+    });
+    let report = a.finish(Outcome::Finished);
+    assert!(report.delivered, "{report:?}");
+    // 1,000-byte texts (plus the key): four fit 5,000 bytes; four do not.
+    assert_eq!(
+        (report.items_acked, report.items_refused),
+        (12, 4),
+        "{report:?}"
+    );
+    let stored = hub.json("/api/runs/quota-a/samples?key=gen&from_step=0");
+    assert_eq!(stored["samples"].as_array().unwrap().len(), 4);
+    assert_eq!(hub.json("/api/runs/quota-a")["records"], 8);
+    assert_eq!(hub.json("/api/runs/quota-a/console")["total"], 8);
+    // The hub holds 4,012 bytes of samples; after a restart it still counts them, and a
+    // second run is stopped by the hub's quota of 8,000.
+    hub.restart();
+    let b = start(&hub.ws(), "quota-b");
+    for step in 0..8i64 {
+        b.log(step, &[("loss", 1.0)]);
+        b.log_item_at(step, unix_now(), "gen", text(step));
+        b.flush();
+    }
+    wait_for("the hub quota named", Duration::from_secs(10), || {
+        b.last_error().filter(|e| e.contains("hub_sample_bytes"))
+    });
+    let report = b.finish(Outcome::Finished);
+    assert_eq!(
+        (report.items_acked, report.items_refused),
+        (3, 5),
+        "{report:?}"
+    );
+    assert_eq!(hub.json("/api/runs/quota-b")["records"], 8);
+}

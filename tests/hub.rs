@@ -410,14 +410,26 @@ fn bad_frames_get_clear_errors_and_lose_nothing_accepted() {
         records: vec![rec(1)],
         items: Vec::new(),
     }));
-    assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
+    assert_eq!(
+        c.recv(),
+        Some(FromHub::Ack(Ack {
+            through_seq: 1,
+            items_refused: 0
+        }))
+    );
     // A resend of an acknowledged batch is acknowledged and ignored.
     c.send(ToHub::Batch(Batch {
         seq: 1,
         records: vec![rec(1)],
         items: Vec::new(),
     }));
-    assert_eq!(c.recv(), Some(FromHub::Ack(Ack { through_seq: 1 })));
+    assert_eq!(
+        c.recv(),
+        Some(FromHub::Ack(Ack {
+            through_seq: 1,
+            items_refused: 0
+        }))
+    );
     // Garbage: a clear fatal error.
     c.send_bytes(b"definitely not a frame".to_vec());
     let Some(FromHub::HubError(e)) = c.recv() else {

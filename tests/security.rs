@@ -170,7 +170,10 @@ fn before_a_hello_is_accepted_only_a_small_frame_is_read() {
     }));
     assert!(matches!(
         c.recv(),
-        Some(FromHub::Ack(Ack { through_seq: 1 }))
+        Some(FromHub::Ack(Ack {
+            through_seq: 1,
+            items_refused: 0
+        }))
     ));
 }
 

@@ -208,6 +208,10 @@ pub struct Welcome {
 pub struct Ack {
     /// Every batch with `seq <= through_seq` is durably stored.
     pub through_seq: u64,
+    /// Samples of the batches this acknowledgement covers (since the last one) that the
+    /// hub's quotas kept out (`run_sample_bytes`, `hub_sample_bytes`; each named in a
+    /// `HubError` when it happened): stored they are not.
+    pub items_refused: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -181,7 +181,14 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(),
         ),
-        ("FromHub_Ack", FromHub::Ack(Ack { through_seq: 7 }).encode()),
+        (
+            "FromHub_Ack",
+            FromHub::Ack(Ack {
+                through_seq: 7,
+                items_refused: 2,
+            })
+            .encode(),
+        ),
         (
             "FromHub_FinishAck",
             FromHub::FinishAck(FinishAck {

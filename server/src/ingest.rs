@@ -305,6 +305,8 @@ struct Pipeline<'r> {
     unacked: Option<u64>,
     /// Batches stored and not yet acknowledged.
     unacked_batches: usize,
+    /// Samples the quotas kept out of the batches stored and not yet acknowledged.
+    unacked_refused: u64,
 }
 
 impl<'r> Pipeline<'r> {
@@ -316,6 +318,7 @@ impl<'r> Pipeline<'r> {
             bytes: 0,
             unacked: None,
             unacked_batches: 0,
+            unacked_refused: 0,
         }
     }
 
@@ -325,8 +328,13 @@ impl<'r> Pipeline<'r> {
     }
 
     /// Checks a batch and hands it to the store; `Some(seq)` when it is a duplicate to
-    /// acknowledge at once (nothing is in flight then).
-    async fn submit(&mut self, hub: &Hub, batch: Batch) -> Result<Option<u64>, HubError> {
+    /// acknowledge at once (nothing is in flight then), and why samples were kept out of it,
+    /// if some were (the rest is being stored: a non-fatal error for the collector).
+    async fn submit(
+        &mut self,
+        hub: &Hub,
+        batch: Batch,
+    ) -> Result<(Option<u64>, Option<HubError>), HubError> {
         let seq = batch.seq;
         if self.lock.is_none() {
             self.lock = Some(self.run.lock_ingest().await);
@@ -341,14 +349,19 @@ impl<'r> Pipeline<'r> {
         }
         let base = self.in_flight.back().map(InFlight::tail);
         match hub.submit(self.run, base, batch).await {
-            Ok(Submitted::InFlight(b)) => {
+            Ok(Submitted::InFlight(mut b)) => {
                 self.bytes += b.bytes();
+                let refusal = b.take_refusal().map(|message| HubError {
+                    code: ErrorCode::Limit,
+                    message,
+                    fatal: false,
+                });
                 self.in_flight.push_back(b);
-                Ok(None)
+                Ok((None, refusal))
             }
             Ok(Submitted::Duplicate) => {
                 self.release_if_idle();
-                Ok(Some(seq))
+                Ok((Some(seq), None))
             }
             Err(e) => {
                 self.release_if_idle();
@@ -375,6 +388,7 @@ impl<'r> Pipeline<'r> {
         let mut answer = answer;
         while let Some(b) = self.in_flight.pop_front() {
             let seq = b.seq;
+            let refused = b.refused();
             self.bytes = self.bytes.saturating_sub(b.bytes());
             if let Err(e) = hub.settle(self.run, b, answer).await {
                 // The store holds no batch after a missing one, so the later ones fail too;
@@ -390,6 +404,7 @@ impl<'r> Pipeline<'r> {
             }
             self.unacked = Some(seq);
             self.unacked_batches += 1;
+            self.unacked_refused += refused;
             match self.in_flight.front_mut().and_then(InFlight::try_answer) {
                 Some(next) => answer = next,
                 None => break,
@@ -415,6 +430,7 @@ impl<'r> Pipeline<'r> {
             Some(through) => {
                 conn.send(FromHub::Ack(Ack {
                     through_seq: through,
+                    items_refused: std::mem::take(&mut self.unacked_refused),
                 }))
                 .await
             }
@@ -509,7 +525,14 @@ async fn converse(
         let Some(msg) = msg? else { break };
         match msg {
             ToHub::Batch(batch) => {
-                if let Some(seq) = pipe.submit(hub, batch).await? {
+                let (duplicate, refusal) = pipe.submit(hub, batch).await?;
+                if let Some(e) = refusal {
+                    tracing::info!(run = %run.state(|st| st.identity.run_id.clone()), "{}", e.message);
+                    if !conn.send(FromHub::HubError(e)).await {
+                        return Ok(());
+                    }
+                }
+                if let Some(seq) = duplicate {
                     pipe.unacked = pipe.unacked.max(Some(seq));
                     if !pipe.acknowledge(conn).await {
                         return Ok(());

@@ -32,6 +32,10 @@ pub struct HubLimits {
     pub write_stall: std::time::Duration,
     /// Console lines one run keeps; beyond, the oldest are dropped (and counted).
     pub console_lines: u64,
+    /// Bytes of samples (text, tables, histograms, images) one run may store.
+    pub run_sample_bytes: u64,
+    /// Bytes of samples all runs together may store.
+    pub hub_sample_bytes: u64,
 }
 
 impl Default for HubLimits {
@@ -47,6 +51,8 @@ impl Default for HubLimits {
             viewer_budget: 1_000_000,
             write_stall: std::time::Duration::from_secs(30),
             console_lines: 100_000,
+            run_sample_bytes: 1 << 30,
+            hub_sample_bytes: 64 << 30,
         }
     }
 }
@@ -66,6 +72,14 @@ pub const NAMES: &[(&str, &str)] = &[
         "bytes of one console line or sample (a text, a table's cells)",
     ),
     ("batch_items", "console lines and samples in one batch"),
+    (
+        "run_sample_bytes",
+        "bytes of samples (text, tables, histograms, images) one run may store",
+    ),
+    (
+        "hub_sample_bytes",
+        "bytes of samples all runs together may store",
+    ),
     (
         "console_lines",
         "console lines one run keeps (the oldest beyond are dropped, and counted)",
@@ -124,6 +138,8 @@ impl HubLimits {
             "item_bytes" => self.wire.item_bytes = small(value)?,
             "batch_items" => self.wire.batch_items = small(value)?,
             "console_lines" => self.console_lines = value,
+            "run_sample_bytes" => self.run_sample_bytes = value,
+            "hub_sample_bytes" => self.hub_sample_bytes = value,
             "runs" => self.runs = value as usize,
             "runs_per_project" => self.runs_per_project = value as usize,
             "connections_per_addr" => self.connections_per_addr = value as usize,

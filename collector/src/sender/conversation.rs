@@ -268,6 +268,17 @@ impl Sender {
                         progressed = true;
                         acked = acked.max(ack.through_seq);
                         self.acked_through(ack.through_seq);
+                        if ack.items_refused > 0 {
+                            // Samples the hub's quotas kept out: acknowledged batches, but
+                            // not stored (the error frame before named the quota).
+                            let n = ack.items_refused;
+                            let _ = self.stats.items_acked.fetch_update(
+                                Ordering::Relaxed,
+                                Ordering::Relaxed,
+                                |a| Some(a.saturating_sub(n)),
+                            );
+                            self.stats.items_refused.fetch_add(n, Ordering::Relaxed);
+                        }
                     }
                     Ok(FromHub::FinishAck(_)) => {
                         if let Some((_, Some(reply))) = self.finish.take() {

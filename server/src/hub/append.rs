@@ -14,6 +14,7 @@
 use super::{heard_from, publish_batch, same_records, Hub, IngestError, Run, RunState};
 use crate::hub::judge::Job;
 use crate::store::{RunTail, StoreError, StoredBatch};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stepstream_protocol::{unix_now, Batch, Item, MetricId, RunId, StepRecord};
 use tokio::sync::oneshot;
@@ -46,6 +47,11 @@ pub struct InFlight {
     bytes: usize,
     /// Published to viewers when checked (a lone hub), not when settled.
     published: bool,
+    /// Sample bytes reserved against the quotas, given back if the batch is not stored.
+    samples: u64,
+    /// Samples the quotas kept out of the batch, and why (told to the collector).
+    refused: u64,
+    refusal: Option<String>,
     answer: oneshot::Receiver<Result<bool, StoreError>>,
 }
 
@@ -58,6 +64,16 @@ impl InFlight {
     /// The records' encoded size, about: what a connection's batches in flight are bounded by.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Samples the quotas kept out of this batch (its acknowledgement says so).
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// Why samples were kept out, once: for a non-fatal error frame.
+    pub fn take_refusal(&mut self) -> Option<String> {
+        self.refusal.take()
     }
 
     /// The store's answer, without waiting: `None` while the transaction is open.
@@ -180,6 +196,8 @@ impl Hub {
             self.resent(run, batch.seq, &batch.records, &run_id).await?;
             return Ok(Submitted::Duplicate);
         };
+        let mut batch = batch;
+        let (samples, refused, refusal) = self.within_quotas(run, &mut batch);
         let seq = batch.seq;
         let bytes = stepstream_protocol::limits::records_bytes(&batch.records)
             + stepstream_protocol::items::items_bytes(&batch.items);
@@ -211,8 +229,80 @@ impl Hub {
             run_id,
             bytes,
             published,
+            samples,
+            refused,
+            refusal,
             answer,
         }))
+    }
+
+    /// Keeps a batch's samples within the run's and the hub's sample quotas: those that fit
+    /// are reserved (in order), the rest left out of the batch. Returns the bytes reserved,
+    /// the samples left out and why. Console lines have their own cap (`console_lines`).
+    fn within_quotas(&self, run: &Run, batch: &mut Batch) -> (u64, u64, Option<String>) {
+        if batch.items.is_empty() {
+            return (0, 0, None);
+        }
+        let (run_most, hub_most) = (self.limits.run_sample_bytes, self.limits.hub_sample_bytes);
+        let mut reserved = 0u64;
+        let mut refused = 0u64;
+        let mut why = None;
+        run.state_mut(|st| {
+            batch.items.retain(|item| {
+                if matches!(item.body, stepstream_protocol::ItemBody::Line { .. }) {
+                    return true;
+                }
+                let bytes = item.content_bytes() as u64;
+                let hub_now = self.sample_bytes.load(Ordering::Relaxed);
+                let over = if st.sample_bytes + bytes > run_most {
+                    Some(format!(
+                        "run {} stores {} bytes of samples; {bytes} more exceed the limit of                          {run_most} (limit run_sample_bytes)",
+                        st.identity.run_id, st.sample_bytes
+                    ))
+                } else if hub_now + bytes > hub_most {
+                    Some(format!(
+                        "the hub stores {hub_now} bytes of samples; {bytes} more exceed the limit                          of {hub_most} (limit hub_sample_bytes)"
+                    ))
+                } else {
+                    None
+                };
+                match over {
+                    Some(text) => {
+                        refused += 1;
+                        why.get_or_insert(format!(
+                            "sample {:?} of step {} not stored: {text}",
+                            item.key, item.step
+                        ));
+                        false
+                    }
+                    None => {
+                        st.sample_bytes += bytes;
+                        self.sample_bytes.fetch_add(bytes, Ordering::Relaxed);
+                        reserved += bytes;
+                        true
+                    }
+                }
+            })
+        });
+        let why = why.map(|w| {
+            if refused > 1 {
+                format!("{w} ({refused} samples of batch {} in all)", batch.seq)
+            } else {
+                w
+            }
+        });
+        (reserved, refused, why)
+    }
+
+    /// Gives back the sample bytes a batch that was not stored had reserved.
+    fn unreserve(&self, run: &Run, samples: u64) {
+        if samples > 0 {
+            run.state_mut(|st| st.sample_bytes = st.sample_bytes.saturating_sub(samples));
+            self.sample_bytes.fetch_sub(
+                samples.min(self.sample_bytes.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Takes the store's answer for a batch: a stored batch becomes the run's tail and goes
@@ -231,16 +321,19 @@ impl Hub {
             tail,
             run_id,
             published,
+            samples,
             ..
         } = batch;
         let stored = match answer {
             Ok(stored) => stored,
             Err(e) => {
                 take_back(run, &run_id);
+                self.unreserve(run, samples);
                 return Err(e.into());
             }
         };
         if !stored {
+            self.unreserve(run, samples);
             // Another hub of a cluster stored this sequence number first (this hub's view
             // of the run was behind): judge it as the resend it is.
             let resent = self.resent(run, seq, &records, &run_id).await;

@@ -96,6 +96,9 @@ pub struct Hub {
     leases_at: Mutex<f64>,
     /// When changed runs' summaries were last published (hub clock).
     swept_at: Mutex<f64>,
+    /// Bytes of samples of every run this hub knows (stored, or reserved in flight): what
+    /// `hub_sample_bytes` bounds.
+    sample_bytes: AtomicU64,
 }
 
 fn encode(msg: ToViewer) -> Bytes {
@@ -124,10 +127,12 @@ impl Hub {
         alerts: &crate::notify::AlertsConfig,
         limits: HubLimits,
     ) -> (Arc<Hub>, mpsc::Receiver<Job>) {
+        let samples: u64 = stored.iter().map(|s| s.sample_bytes).sum();
         let runs = stored
             .into_iter()
             .map(|s| {
                 let mut state = RunState::new(s.identity, s.tail, s.metrics);
+                state.sample_bytes = s.sample_bytes;
                 state.status = s.status;
                 state.status_message = s.status_message;
                 state.last_activity = s.last_activity;
@@ -153,6 +158,7 @@ impl Hub {
             judging: Mutex::new(None),
             leases_at: Mutex::new(0.0),
             swept_at: Mutex::new(0.0),
+            sample_bytes: AtomicU64::new(samples),
         });
         tokio::spawn(announce::announce_loop(Arc::downgrade(&hub), announcements));
         (hub, jobs)

@@ -171,6 +171,7 @@ impl Hub {
                 stored.metrics.clone(),
             );
             state.last_activity = stored.last_activity;
+            state.sample_bytes = stored.sample_bytes;
             let run = Arc::new(Run::new(stored.key, state));
             self.runs
                 .write()

@@ -43,6 +43,9 @@ pub struct RunState {
     /// The collector connection writing this run: its process's writer id and a connection
     /// number; `None` when no collector is connected.
     pub(super) writer: Option<(u64, u64)>,
+    /// Bytes of samples stored for the run, and those of batches in flight (reserved at
+    /// submit, given back when not stored): what `run_sample_bytes` bounds.
+    pub(super) sample_bytes: u64,
 }
 
 impl RunState {
@@ -59,6 +62,7 @@ impl RunState {
             dirty: true,
             rules,
             writer: None,
+            sample_bytes: 0,
         }
     }
 

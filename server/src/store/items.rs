@@ -112,6 +112,16 @@ pub fn image_of(body: &str) -> Option<Image> {
     })
 }
 
+/// The bytes of the samples among `items` (all but console lines): what the sample quotas
+/// count.
+pub fn sample_bytes(items: &[Item]) -> u64 {
+    items
+        .iter()
+        .filter(|i| !matches!(i.body, ItemBody::Line { .. }))
+        .map(|i| i.content_bytes() as u64)
+        .sum()
+}
+
 /// Console lines among `items`.
 pub(super) fn lines_in(items: &[Item]) -> i64 {
     items

@@ -25,7 +25,7 @@ mod sqlite;
 
 pub use blob::{decode_records, encode_records, visit_values};
 use command::Command;
-pub use items::{image_of, ItemQuery, StoredItem};
+pub use items::{image_of, sample_bytes, ItemQuery, StoredItem};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -124,6 +124,8 @@ pub struct StoredRun {
     pub last_activity: f64,
     pub tail: RunTail,
     pub metrics: Vec<MetricDef>,
+    /// Bytes of the samples stored for the run (what `run_sample_bytes` bounds).
+    pub sample_bytes: u64,
 }
 
 /// The running summary of a run's records, kept in the `runs` row and updated in the same

@@ -108,6 +108,7 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_by_kind ON items (run_key, kind, key, step);
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_lines BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_kept BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS sample_bytes BIGINT NOT NULL DEFAULT 0;
 ",
 ];
 
@@ -168,7 +169,7 @@ pub(super) fn load(
     for row in client.query(
         "SELECT key, run_id, project, name, config, host, rank, world_size, started_at, status, \
          status_message, last_activity, last_seq, last_step, last_point_at, records, last_values, \
-         job, framework FROM runs WHERE $1::TEXT IS NULL OR run_id = $1 ORDER BY key",
+         job, framework, sample_bytes FROM runs WHERE $1::TEXT IS NULL OR run_id = $1 ORDER BY key",
         &[&run_id],
     )? {
         let key: RunKey = row.get(0);
@@ -207,6 +208,7 @@ pub(super) fn load(
                     .unwrap_or_default(),
             },
             metrics: metrics.remove(&key).unwrap_or_default(),
+            sample_bytes: row.get::<_, i64>(19).max(0) as u64,
         });
     }
     Ok(runs)

@@ -4,7 +4,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
-use super::super::items::{lines_in, row_of};
+use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
 use stepstream_protocol::ItemKind;
 
@@ -275,6 +275,13 @@ fn insert_items(
                 &(stream as i16),
                 &body,
             ],
+        )?;
+    }
+    let samples = sample_bytes(items) as i64;
+    if samples > 0 {
+        tx.execute(
+            "UPDATE runs SET sample_bytes = sample_bytes + $2 WHERE key = $1",
+            &[&key, &samples],
         )?;
     }
     let lines = lines_in(items);

@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS runs (
     writer_seen REAL NOT NULL DEFAULT 0,
     -- Console lines received in all, and kept now (the oldest beyond the cap are dropped).
     console_lines INTEGER NOT NULL DEFAULT 0,
-    console_kept INTEGER NOT NULL DEFAULT 0
+    console_kept INTEGER NOT NULL DEFAULT 0,
+    -- Bytes of the run's samples (text, tables, histograms, images).
+    sample_bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL,
@@ -127,6 +129,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         ("writer_seen", "REAL NOT NULL DEFAULT 0"),
         ("console_lines", "INTEGER NOT NULL DEFAULT 0"),
         ("console_kept", "INTEGER NOT NULL DEFAULT 0"),
+        ("sample_bytes", "INTEGER NOT NULL DEFAULT 0"),
     ] {
         if !has("runs", column)? {
             tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))?;
@@ -208,7 +211,7 @@ fn load(conn: &Connection, run_id: Option<&str>) -> Result<Vec<StoredRun>> {
     let mut stmt = conn.prepare(
         "SELECT key, run_id, project, name, config, host, rank, world_size, started_at, status, \
          status_message, last_activity, last_seq, last_step, last_point_at, records, last_values, \
-         job, framework FROM runs WHERE ?1 IS NULL OR run_id = ?1 ORDER BY key",
+         job, framework, sample_bytes FROM runs WHERE ?1 IS NULL OR run_id = ?1 ORDER BY key",
     )?;
     let mut rows = stmt.query([run_id])?;
     let mut runs = Vec::new();
@@ -249,6 +252,7 @@ fn load(conn: &Connection, run_id: Option<&str>) -> Result<Vec<StoredRun>> {
                     .unwrap_or_default(),
             },
             metrics: metrics.remove(&key).unwrap_or_default(),
+            sample_bytes: row.get::<_, i64>(19)?.max(0) as u64,
         });
     }
     Ok(runs)

@@ -2,7 +2,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
-use super::super::items::{lines_in, row_of};
+use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::{held_by_another, other_project, Result, RunKey, WRITER_SILENCE_S};
 use rusqlite::{params, Connection};
 use stepstream_protocol::ItemKind;
@@ -223,6 +223,11 @@ fn insert_items(
             stream,
             body
         ])?;
+    }
+    let samples = sample_bytes(items) as i64;
+    if samples > 0 {
+        tx.prepare_cached("UPDATE runs SET sample_bytes = sample_bytes + ?2 WHERE key = ?1")?
+            .execute(params![key, samples])?;
     }
     let lines = lines_in(items);
     if lines == 0 {
