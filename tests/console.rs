@@ -451,7 +451,13 @@ fn sample_panels_browse_steps_side_by_side_follow_live_and_diff() {
         "[...document.querySelectorAll('.sample-panel[data-key=\"rollouts\"] td')].map(e => e.textContent)",
     );
     assert_eq!(cells[0], "gen-a?");
-    // The slider: step 500 in both runs; the time of each step change, measured.
+    // The slider over every step once the key's whole history is read (the first answer holds
+    // the newest samples of every key); then step 500 in both runs, each change timed.
+    page.wait(
+        "the key's whole history",
+        Duration::from_secs(10),
+        "document.querySelector('.sample-panel[data-key=\"generation\"] .sample-slider').max == '999'",
+    );
     let ms = page.eval(
         "(() => { const s = document.querySelector('.sample-panel[data-key=\"generation\"] .sample-slider'); \
          const times = []; for (let i = 400; i <= 500; i++) { const t0 = performance.now(); \
