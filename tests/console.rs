@@ -617,6 +617,11 @@ fn layer_heatmaps_show_which_layer_diverged_and_histograms_draw_as_bands() {
     }
     let early = cell(&mut page, 3, 0.2);
     page.screenshot("heatmap");
+    // The per-layer charts themselves are folded into their own group.
+    assert_eq!(
+        page.eval("document.querySelector('.group[data-group=\"layers\"]').classList.contains('collapsed')"),
+        true
+    );
     // Viridis: dark purple for small values, yellow for the largest.
     assert!(
         late[0] > 200 && late[1] > 200 && late[2] < 100,

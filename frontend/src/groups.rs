@@ -10,10 +10,26 @@ pub enum Group {
     Speed,
     System,
     Other,
+    /// Per-layer families (`grad_norm/<layer>`...): drawn as heatmaps, their charts folded.
+    Layers,
 }
 
+/// The prefixes of per-layer metric families (as `stepstream.torch.watch` logs them).
+pub const LAYER_FAMILIES: [&str; 4] = [
+    "grad_norm/",
+    "weight_norm/",
+    "update_ratio/",
+    "activation_norm/",
+];
+
 impl Group {
-    pub const ALL: [Group; 4] = [Group::Training, Group::Speed, Group::System, Group::Other];
+    pub const ALL: [Group; 5] = [
+        Group::Training,
+        Group::Speed,
+        Group::System,
+        Group::Other,
+        Group::Layers,
+    ];
 
     pub fn code(self) -> &'static str {
         match self {
@@ -21,6 +37,7 @@ impl Group {
             Group::Speed => "speed",
             Group::System => "system",
             Group::Other => "other",
+            Group::Layers => "layers",
         }
     }
 }
@@ -67,7 +84,9 @@ fn device_metric(name: &str) -> Option<(&str, &str, &str)> {
 
 fn group_of(name: &str) -> Group {
     let base = name.rsplit('/').next().unwrap_or(name);
-    if device_metric(name).is_some() || name.starts_with("sys/") {
+    if LAYER_FAMILIES.iter().any(|f| name.starts_with(f)) {
+        Group::Layers
+    } else if device_metric(name).is_some() || name.starts_with("sys/") {
         Group::System
     } else if TRAINING.contains(&base) || base.contains("loss") || base.starts_with("eval_") {
         Group::Training
@@ -153,5 +172,8 @@ mod tests {
         let devices: Vec<&str> = mem.metrics.iter().map(|(_, d)| d.as_str()).collect();
         assert_eq!(devices, ["gpu0", "gpu1", "gpu10"]);
         assert_eq!(specs[6].group, Group::Other);
+        let layers = charts(&names(&["grad_norm/fc1", "loss", "weight_norm/fc1"]));
+        assert_eq!(layers[0].key, "loss");
+        assert!(layers[1..].iter().all(|s| s.group == Group::Layers));
     }
 }

@@ -151,7 +151,8 @@ impl Ctx {
             theme: RwSignal::new(view.theme),
             chart_opts: RwSignal::new(HashMap::new()),
             enlarged: RwSignal::new(None),
-            collapsed: RwSignal::new(Vec::new()),
+            // Per-layer charts are many (two per layer); their heatmaps show them at once.
+            collapsed: RwSignal::new(vec![crate::groups::Group::Layers]),
             filter: RwSignal::new(String::new()),
             search: RwSignal::new(String::new()),
             sort: RwSignal::new((Column::Started, false)),

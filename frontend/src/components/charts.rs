@@ -18,6 +18,7 @@ fn group_name(lang: Lang, g: Group) -> &'static str {
             Group::Speed => Text::GroupSpeed,
             Group::System => Text::GroupSystem,
             Group::Other => Text::GroupOther,
+            Group::Layers => Text::GroupLayers,
         },
     )
 }

@@ -11,13 +11,8 @@ use std::collections::BTreeMap;
 use stepstream_protocol::RunId;
 use wasm_bindgen::JsCast;
 
-/// Families drawn as heatmaps: the prefixes of per-layer metrics.
-const FAMILIES: [&str; 4] = [
-    "grad_norm/",
-    "weight_norm/",
-    "update_ratio/",
-    "activation_norm/",
-];
+// The families drawn as heatmaps: the prefixes of per-layer metrics.
+use crate::groups::LAYER_FAMILIES as FAMILIES;
 
 /// A family's layers (metric names, in the order the run defined them) for `run`.
 fn layers(run: &RunId, family: &str) -> Vec<String> {
