@@ -115,7 +115,7 @@ impl Spool {
         let mut batch = batch;
         // Stored under the numbering in force when read: undo the current shift.
         batch.seq = (batch.seq as i64 - self.shift) as u64;
-        let (seq, n) = (batch.seq, crate::sender::weight(&batch));
+        let (seq, n) = (batch.seq, batch.entries());
         let frame = ToHub::Batch(batch).encode();
         self.file.seek(SeekFrom::Start(self.write_pos))?;
         self.file.write_all(&(frame.len() as u32).to_le_bytes())?;
@@ -140,7 +140,7 @@ impl Spool {
         let mut frame = vec![0u8; len];
         self.file.read_exact(&mut frame)?;
         let mut batch = match ToHub::decode(&frame) {
-            Ok(ToHub::Batch(b)) if b.seq == seq && crate::sender::weight(&b) == n => b,
+            Ok(ToHub::Batch(b)) if b.seq == seq && b.entries() == n => b,
             _ => return Err(damaged("an entry that is not the batch it should be")),
         };
         self.read_pos += 4 + len as u64;

@@ -4,7 +4,7 @@
 //! meet without a gap or a repeat. Outside the reactive system like the points; the frame
 //! loop bumps [`Ctx::console`] when they changed.
 
-use crate::state::{Ctx, STORE};
+use crate::state::Ctx;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use stepstream_protocol::{ItemBody, RunId, Stream};
@@ -53,32 +53,22 @@ fn insert(run: &RunId, lines: impl IntoIterator<Item = Line>) {
     CHANGED.with(|c| c.set(true));
 }
 
-/// Takes the live lines the client kept (batches it applied).
-pub fn take_live() {
-    let fresh = STORE.with(|s| std::mem::take(&mut s.borrow_mut().items));
+/// The live lines of batches the client applied (their samples are the sample panels').
+pub fn live(fresh: &[(RunId, u64, Vec<stepstream_protocol::Item>)]) {
     for (run, seq, items) in fresh {
-        // Samples are the sample panels'; lines keep their place in the batch.
-        let samples: Vec<(u32, _)> = items
+        let (run, seq) = (run.clone(), *seq);
+        let lines: Vec<Line> = items
             .iter()
             .enumerate()
-            .filter(|(_, i)| !matches!(i.body, ItemBody::Line { .. }))
-            .map(|(idx, i)| (idx as u32, i.clone()))
-            .collect();
-        if !samples.is_empty() {
-            crate::samples::live(&run, seq, samples);
-        }
-        let lines: Vec<Line> = items
-            .into_iter()
-            .enumerate()
-            .filter_map(|(idx, item)| match item.body {
+            .filter_map(|(idx, item)| match &item.body {
                 ItemBody::Line { stream, text } => Some(Line {
                     run: run.clone(),
                     seq,
                     idx: idx as u32,
                     step: item.step,
                     wall_time: item.wall_time,
-                    stderr: stream == Stream::Stderr,
-                    text,
+                    stderr: *stream == Stream::Stderr,
+                    text: text.clone(),
                 }),
                 _ => None,
             })
@@ -213,7 +203,6 @@ pub fn shown(
 
 /// The frame loop's part: tell the panel when lines changed.
 pub fn publish(ctx: &Ctx) {
-    take_live();
     if take_changed() {
         use leptos::prelude::Update;
         ctx.console.update(|n| *n += 1);

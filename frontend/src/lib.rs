@@ -104,6 +104,12 @@ fn App() -> impl IntoView {
     );
     socket::set(socket);
     every_frame(move || {
+        // The console lines and samples of the batches the client applied, to their panels.
+        let fresh = state::STORE.with(|s| std::mem::take(&mut s.borrow_mut().items));
+        if !fresh.is_empty() {
+            console::live(&fresh);
+            samples::live(&fresh);
+        }
         console::publish(&ctx);
         samples::publish(&ctx);
         if frame::frame(&ctx) {
@@ -129,6 +135,12 @@ fn App() -> impl IntoView {
     on_window("resize", mark_dirty);
     on_window("scroll", mark_dirty);
     on_window("popstate", move || ctx.restore_view());
+    // The selected runs' consoles and samples follow the selection.
+    Effect::new(move |_| {
+        let runs = ctx.selected.get();
+        console::watch(&runs);
+        samples::watch(&runs);
+    });
     ctx.publish_view();
 
     // The theme (and the system's, when following it) and the language on <html>.

@@ -68,13 +68,19 @@ fn put(run: &RunId, key: String, step: i64, body: Body) {
     CHANGED.with(|c| c.set(true));
 }
 
-/// A live batch's samples, each with its place in the batch (console lines are the
-/// console's).
-pub fn live(run: &RunId, seq: u64, items: Vec<(u32, Item)>) {
-    if !HELD.with(|h| h.borrow().by.contains_key(run)) {
-        return;
+/// The samples of batches the client applied, each with its place in its batch (console
+/// lines are the console's).
+pub fn live(fresh: &[(RunId, u64, Vec<Item>)]) {
+    for (run, seq, items) in fresh {
+        if HELD.with(|h| h.borrow().by.contains_key(run)) {
+            live_batch(run, *seq, items);
+        }
     }
-    for (idx, item) in items {
+}
+
+fn live_batch(run: &RunId, seq: u64, items: &[Item]) {
+    for (idx, item) in items.iter().cloned().enumerate() {
+        let idx = idx as u32;
         let body = match item.body {
             ItemBody::Text(t) => Body::Text(t),
             ItemBody::Table { columns, rows } => Body::Table {

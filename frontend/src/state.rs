@@ -269,8 +269,6 @@ impl Ctx {
             send_all(STORE.with(|s| s.borrow_mut().want(run, None, last_point_ms)));
             self.load_detail(run.clone());
         }
-        crate::console::watch(&runs);
-        crate::samples::watch(&runs);
         self.selected.set(runs);
         self.refresh_charts();
     }

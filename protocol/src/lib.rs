@@ -544,6 +544,11 @@ direction! {
 }
 
 impl Batch {
+    /// Its records and items, counted together (what a collector's budgets count).
+    pub fn entries(&self) -> usize {
+        self.records.len() + self.items.len()
+    }
+
     /// This batch as a [`ToHub::Batch`] frame, encoded from a borrow (a sender holding its
     /// batches until acknowledged sends them without copying).
     pub fn encode(&self) -> Vec<u8> {

@@ -52,8 +52,8 @@ const MAX_BATCH_ITEMS: usize = 4096;
 
 /// What a batch weighs in the sender's budgets (`buffered`, `in_memory`, the spool's index):
 /// its records and its items, one each.
-pub(crate) fn weight(b: &Batch) -> usize {
-    b.records.len() + b.items.len()
+fn weight(b: &Batch) -> usize {
+    b.entries()
 }
 
 pub(crate) struct Sender {
