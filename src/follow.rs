@@ -370,7 +370,22 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
             r.skipped,
             r.undecodable,
         );
-        let problems = stored_or_not("import", &r.logged, &sent, last_error);
+        let mut problems = stored_or_not("import", &r.logged, &sent, last_error);
+        if r.samples > 0 {
+            eprintln!(
+                "stepstream import: {}: {} of {} text, image and histogram summaries stored",
+                run.dir.display(),
+                sent.items_acked,
+                r.samples
+            );
+        }
+        if sent.items_acked < r.samples {
+            problems.push(format!(
+                "{} text, image or histogram summaries were not stored ({} refused by the                  hub's limits)",
+                r.samples - sent.items_acked,
+                sent.items_refused
+            ));
+        }
         if !problems.is_empty() {
             failed += 1;
             broken.push(format!(

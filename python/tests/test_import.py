@@ -4,6 +4,9 @@ tags, which count samples, not steps."""
 
 import subprocess
 
+import numpy as np
+import pytest
+
 from tensorboardX import SummaryWriter
 
 from conftest import binary
@@ -20,9 +23,15 @@ def test_tensorboardx_and_mindformers_event_files(hub, tmp_path):
         w.add_scalar("loss vs samples", 1.0, global_step=step * 32)
     w.close()
     w = SummaryWriter(str(logs / "torch_run"))
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=1000)
+    picture = (np.arange(4 * 6 * 3) % 251).astype(np.uint8).reshape(4, 6, 3)
     for step in range(5):
         w.add_scalars("eval", {"acc": step / 10, "f1": step / 20}, global_step=step)
         w.add_scalar("train/loss", 2.0 - step / 10, global_step=step)
+        w.add_text("generation", f"sample at {step}", global_step=step)
+    w.add_histogram("weights", weights, global_step=4)
+    w.add_image("picture", picture, global_step=4, dataformats="HWC")
     w.close()
 
     out = subprocess.run([binary(), "import", str(logs), "--hub", hub.url, "--project", "imported"],
@@ -41,6 +50,15 @@ def test_tensorboardx_and_mindformers_event_files(hub, tmp_path):
     assert hub.series(torch_run["run_id"], "train/loss")[3] == 1.7000000476837158
     # add_scalars writes each series in a folder of its own: runs of their own too.
     assert any(name.startswith("torch_run/eval") for name in runs), sorted(runs)
+    # Text, histogram and image summaries are the run's samples.
+    gens = hub.api(f"/api/runs/{torch_run['run_id']}/samples?key=generation&from_step=0")["samples"]
+    assert [(g["step"], g["body"]) for g in gens] == [(s, f"sample at {s}") for s in range(5)]
+    hist = hub.api(f"/api/runs/{torch_run['run_id']}/samples?key=weights")["samples"][0]["body"]
+    assert sum(hist["counts"]) == pytest.approx(1000) and len(hist["counts"]) == 30
+    assert hist["lo"] == pytest.approx(weights.min()) and hist["hi"] == pytest.approx(weights.max())
+    img = hub.api(f"/api/runs/{torch_run['run_id']}/samples?key=picture")["samples"][0]["body"]
+    assert (img["width"], img["height"], img["format"]) == (6, 4, "image/png")
+    assert "summaries stored" in out.stderr, out.stderr
     # Again, nothing new: nothing doubled.
     out = subprocess.run([binary(), "import", str(logs), "--hub", hub.url, "--project", "imported"],
                          capture_output=True, text=True, timeout=120)

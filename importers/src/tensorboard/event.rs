@@ -6,6 +6,57 @@
 //! double, int32, int64 or half, in its typed field or its `tensor_content` bytes.
 
 use prost::Message;
+use stepstream_protocol::{Histogram, Image, ImageFormat, ItemBody};
+
+/// Equal bins a TensorBoard histogram is re-binned into.
+pub const HISTOGRAM_BINS: usize = 30;
+
+/// A TensorBoard histogram (buckets of unequal widths, right edges `bucket_limit`, the first
+/// starting at `min`) as `bins` equal bins over `min..=max`: each bucket's count is shared by
+/// the bins its (clipped) range overlaps, in proportion.
+pub fn rebin(h: &TbHistogram, bins: usize) -> Histogram {
+    let (lo, hi) = (h.min, h.max);
+    let mut counts = vec![0.0; bins];
+    let width = (hi - lo) / bins as f64;
+    let mut left = lo;
+    for (&right, &count) in h.bucket_limit.iter().zip(&h.bucket) {
+        let (a, b) = (left.max(lo), right.min(hi));
+        left = right;
+        if count <= 0.0 || !(count.is_finite()) {
+            continue;
+        }
+        if width <= 0.0 || width.is_nan() || b <= a {
+            // All values equal (or a bucket reduced to a point): its count at its place.
+            let at = if width > 0.0 {
+                ((a - lo) / width) as usize
+            } else {
+                0
+            };
+            counts[at.min(bins - 1)] += count;
+            continue;
+        }
+        let first = (((a - lo) / width) as usize).min(bins - 1);
+        let last = (((b - lo) / width) as usize).min(bins - 1);
+        for (i, slot) in counts.iter_mut().enumerate().take(last + 1).skip(first) {
+            let (x0, x1) = (lo + width * i as f64, lo + width * (i + 1) as f64);
+            let overlap = (b.min(x1) - a.max(x0)).max(0.0);
+            *slot += count * overlap / (b - a);
+        }
+    }
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, lo + 0.5)
+    };
+    Histogram {
+        lo,
+        hi,
+        counts,
+        nan: 0.0,
+        pos_inf: 0.0,
+        neg_inf: 0.0,
+    }
+}
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Event {
@@ -29,10 +80,38 @@ pub struct Value {
     pub tag: String,
     #[prost(float, optional, tag = "2")]
     pub simple_value: Option<f32>,
+    #[prost(message, optional, tag = "4")]
+    pub image: Option<TbImage>,
+    #[prost(message, optional, tag = "5")]
+    pub histo: Option<TbHistogram>,
     #[prost(message, optional, tag = "8")]
     pub tensor: Option<Tensor>,
     #[prost(message, optional, tag = "9")]
     pub metadata: Option<Metadata>,
+}
+
+/// `Summary.Image`: an encoded picture (PNG or JPEG) and its size.
+#[derive(Clone, PartialEq, Message)]
+pub struct TbImage {
+    #[prost(int32, tag = "1")]
+    pub height: i32,
+    #[prost(int32, tag = "2")]
+    pub width: i32,
+    #[prost(bytes = "vec", tag = "4")]
+    pub encoded: Vec<u8>,
+}
+
+/// `HistogramProto`: buckets with right edges `bucket_limit` (the first from `min`).
+#[derive(Clone, PartialEq, Message)]
+pub struct TbHistogram {
+    #[prost(double, tag = "1")]
+    pub min: f64,
+    #[prost(double, tag = "2")]
+    pub max: f64,
+    #[prost(double, repeated, tag = "6")]
+    pub bucket_limit: Vec<f64>,
+    #[prost(double, repeated, tag = "7")]
+    pub bucket: Vec<f64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -65,6 +144,8 @@ pub struct Tensor {
     pub int64_val: Vec<i64>,
     #[prost(int32, repeated, tag = "13")]
     pub half_val: Vec<i32>,
+    #[prost(bytes = "vec", repeated, tag = "8")]
+    pub string_val: Vec<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -171,6 +252,54 @@ impl Event {
             .collect()
     }
 
+    /// The event's samples, `(tag, body)`: text summaries (plugin `text`: the strings of
+    /// the tensor, one per line), images, and histograms (re-binned into equal bins over
+    /// `min..=max`, each bucket's count shared by the bins it overlaps).
+    pub fn samples(&self) -> Vec<(&str, ItemBody)> {
+        let Some(summary) = &self.summary else {
+            return Vec::new();
+        };
+        summary
+            .value
+            .iter()
+            .filter_map(|v| {
+                let plugin = v
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.plugin_data.as_ref())
+                    .map(|p| p.plugin_name.as_str());
+                let body = if let Some(img) = &v.image {
+                    let format = if img.encoded.starts_with(&[0xff, 0xd8]) {
+                        ImageFormat::Jpeg
+                    } else {
+                        ImageFormat::Png
+                    };
+                    ItemBody::Image(Image {
+                        format,
+                        width: img.width.max(0) as u32,
+                        height: img.height.max(0) as u32,
+                        caption: String::new(),
+                        data: img.encoded.clone(),
+                    })
+                } else if let Some(h) = &v.histo {
+                    ItemBody::Histogram(rebin(h, HISTOGRAM_BINS))
+                } else if let (Some("text"), Some(t)) = (plugin, &v.tensor) {
+                    let lines: Vec<String> = t
+                        .string_val
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s).replace('\0', "\u{fffd}"))
+                        .collect();
+                    // tensorboardX names a text summary `<tag>/text_summary`.
+                    let key = v.tag.strip_suffix("/text_summary").unwrap_or(&v.tag);
+                    return Some((key, ItemBody::Text(lines.join("\n"))));
+                } else {
+                    return None;
+                };
+                Some((v.tag.as_str(), body))
+            })
+            .collect()
+    }
+
     pub fn decode_bytes(bytes: &[u8]) -> Result<Event, prost::DecodeError> {
         Event::decode(bytes)
     }
@@ -255,6 +384,29 @@ mod tests {
             back.scalars(),
             vec![("loss", 0.25), ("tf2/acc", 0.75), ("tf2/double", 0.125)]
         );
+    }
+
+    #[test]
+    fn tensorboard_buckets_are_shared_by_the_equal_bins_they_overlap() {
+        let h = TbHistogram {
+            min: 0.0,
+            max: 4.0,
+            bucket_limit: vec![1.0, 4.0, f64::MAX],
+            bucket: vec![2.0, 6.0, 0.0],
+        };
+        let r = rebin(&h, 4);
+        assert_eq!((r.lo, r.hi), (0.0, 4.0));
+        assert_eq!(r.counts, [2.0, 2.0, 2.0, 2.0]);
+        // All values equal: one bin holds them, around the value.
+        let same = TbHistogram {
+            min: 3.0,
+            max: 3.0,
+            bucket_limit: vec![3.0],
+            bucket: vec![5.0],
+        };
+        let r = rebin(&same, 4);
+        assert_eq!(r.counts.iter().sum::<f64>(), 5.0);
+        assert_eq!((r.lo, r.hi), (2.5, 3.5));
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub struct ImportReport {
     pub undecodable: u64,
     /// Values handed to the collector, per metric: what the hub must acknowledge.
     pub logged: std::collections::BTreeMap<String, u64>,
+    /// Text, image and histogram summaries handed to the collector as samples.
+    pub samples: u64,
 }
 
 /// Whether a file name is an event file's.
@@ -213,6 +215,20 @@ impl RunDir {
     }
 
     fn event(&mut self, e: &event::Event, collector: &Collector) {
+        let samples = e.samples();
+        if !samples.is_empty() && self.catching_up.is_none_or(|last| e.step > last) {
+            // Text, images and histograms go as the run's samples, at their step (those a
+            // repeated import's hub already has are skipped with its scalars).
+            let at = if e.wall_time.is_finite() && e.wall_time > 0.0 {
+                e.wall_time
+            } else {
+                stepstream_protocol::unix_now()
+            };
+            for (tag, body) in samples {
+                collector.log_item_at(e.step, at, tag, body);
+                self.report.samples += 1;
+            }
+        }
         let scalars: Vec<(String, f64)> = e
             .scalars()
             .into_iter()
