@@ -87,14 +87,13 @@ impl Sender {
         // that this hub's stricter limits refuse is counted and left out, not sent to have
         // its whole batch refused.
         let limits = self.metrics.limits();
-        let mut items: Vec<_> = b
+        let items: Vec<_> = b
             .items
             .iter()
             .filter(|i| i.check(&limits).is_ok())
             .take(limits.batch_items as usize)
             .cloned()
             .collect();
-        items.truncate(limits.batch_items as usize);
         let left_out = b.items.len() - items.len();
         if left_out > 0 {
             self.stats

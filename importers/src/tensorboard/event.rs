@@ -90,6 +90,16 @@ pub struct Value {
     pub metadata: Option<Metadata>,
 }
 
+impl Value {
+    /// The plugin that wrote the value (`scalars`, `text`...), when its metadata says.
+    fn plugin(&self) -> Option<&str> {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.plugin_data.as_ref())
+            .map(|p| p.plugin_name.as_str())
+    }
+}
+
 /// `Summary.Image`: an encoded picture (PNG or JPEG) and its size.
 #[derive(Clone, PartialEq, Message)]
 pub struct TbImage {
@@ -234,13 +244,8 @@ impl Event {
                 let value = match (&v.simple_value, &v.tensor) {
                     (Some(s), _) => f64::from(*s),
                     (None, Some(t)) => {
-                        let plugin = v
-                            .metadata
-                            .as_ref()
-                            .and_then(|m| m.plugin_data.as_ref())
-                            .map(|p| p.plugin_name.as_str());
                         // TF2 scalars say so; other one-element tensors (text, say) are not.
-                        if !matches!(plugin, Some("scalars") | None) {
+                        if !matches!(v.plugin(), Some("scalars") | None) {
                             return None;
                         }
                         t.scalar()?
@@ -263,11 +268,6 @@ impl Event {
             .value
             .iter()
             .filter_map(|v| {
-                let plugin = v
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.plugin_data.as_ref())
-                    .map(|p| p.plugin_name.as_str());
                 let body = if let Some(img) = &v.image {
                     let format = if img.encoded.starts_with(&[0xff, 0xd8]) {
                         ImageFormat::Jpeg
@@ -283,7 +283,7 @@ impl Event {
                     })
                 } else if let Some(h) = &v.histo {
                     ItemBody::Histogram(rebin(h, HISTOGRAM_BINS))
-                } else if let (Some("text"), Some(t)) = (plugin, &v.tensor) {
+                } else if let (Some("text"), Some(t)) = (v.plugin(), &v.tensor) {
                     let lines: Vec<String> = t
                         .string_val
                         .iter()

@@ -248,12 +248,8 @@ pub async fn samples(
     );
     let limit = q.limit.unwrap_or(1000).clamp(1, MOST_LINES);
     let newest_first = q.from_step.is_none();
-    let mut query = match q.key {
-        Some(key) => ItemQuery::samples(key, steps, newest_first),
-        None => ItemQuery::console(steps, newest_first),
-    };
-    // Console lines are no samples (they have no key).
-    query.kind = None;
+    // Console lines are no samples (they have no key): left out below.
+    let query = ItemQuery::samples(q.key, steps, newest_first);
     let (mut out, more) = app
         .hub
         .store

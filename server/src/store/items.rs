@@ -174,11 +174,11 @@ impl ItemQuery {
         }
     }
 
-    /// The samples of `key` (all kinds but console lines are keyed).
-    pub fn samples(key: String, steps: (i64, i64), newest_first: bool) -> ItemQuery {
+    /// The samples of `key`, or of every key (all kinds but console lines are keyed).
+    pub fn samples(key: Option<String>, steps: (i64, i64), newest_first: bool) -> ItemQuery {
         ItemQuery {
             kind: None,
-            key: Some(key),
+            key,
             steps,
             seqs: (0, u64::MAX),
             newest_first,
