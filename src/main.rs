@@ -1,5 +1,7 @@
-//! `stepstream`: the hub (`serve`), the CSV follower (`tail`) and the live demo (`demo`).
+//! `stepstream`: the hub (`serve`), the CSV follower (`tail`), the live demo (`demo`), and
+//! commands for a running training (`stop`, `checkpoint`, `note`).
 
+mod command;
 mod demo;
 mod follow;
 mod token;
@@ -39,6 +41,13 @@ enum Command {
     /// for some projects or runs (what an embedding page should hold), or a write token for
     /// some projects. Prints the token; the running hub picks it up within a second.
     Token(token::TokenArgs),
+    /// Stop a running training at its next safe point, saving a checkpoint first where the
+    /// framework can (a write token of the run's project).
+    Stop(command::StopArgs),
+    /// Save a checkpoint of a running training at its next safe point, and go on.
+    Checkpoint(command::Target),
+    /// Put a note (a marker with text) on a run's charts.
+    Note(command::NoteArgs),
 }
 
 #[derive(clap::Args)]
@@ -188,6 +197,9 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => run_demo(args),
         Command::Token(args) => token::issue_token(args),
         Command::Import(args) => follow::import_dir(args),
+        Command::Stop(args) => command::stop(args),
+        Command::Checkpoint(args) => command::checkpoint(args),
+        Command::Note(args) => command::note(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

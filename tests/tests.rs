@@ -2,6 +2,8 @@
 //!
 //! * `bench_web` — browser benchmarks (ignored; numbers printed).
 //! * `cluster` — three hubs on PostgreSQL and NATS behind nginx: one dies, nothing is lost.
+//! * `commands` — stop, checkpoint and note for a running training: delivered once,
+//!   answered, refused to the wrong token.
 //! * `console` — console lines and samples: stored, capped, searched, resent, refused.
 //! * `charts` — the web app's charts for long runs, its run panel and list, in Chromium.
 //! * `demo` — `stepstream demo` trains real models and streams them.
@@ -23,6 +25,7 @@ mod bench_web;
 mod browser;
 mod charts;
 mod cluster;
+mod commands;
 mod console;
 mod demo;
 mod docs;

@@ -30,6 +30,8 @@ pub enum Change {
     Points(RunId),
     /// A run's alert arrived (a new one: repeats are dropped).
     Alert(RunId),
+    /// A command for a run's training was queued or moved on.
+    Command(RunId),
     Zoomed(Zoomed),
     HubError(HubError),
 }
@@ -330,6 +332,14 @@ impl Client {
                 let added = self.runs.get_mut(&run).is_some_and(|d| d.alert(a));
                 if added {
                     Change::Alert(run)
+                } else {
+                    Change::Nothing
+                }
+            }
+            ToViewer::CommandEvent(e) => {
+                let run = e.run_id.clone();
+                if self.runs.get_mut(&run).is_some_and(|d| d.command(e)) {
+                    Change::Command(run)
                 } else {
                     Change::Nothing
                 }

@@ -173,6 +173,8 @@ pub struct RunData {
     pub newest_wall_time: f64,
     /// The run's alerts, fired and resolved, without repeats.
     pub alerts: Vec<Alert>,
+    /// Commands for the run's training, each at the furthest state told (by id).
+    pub commands: std::collections::BTreeMap<u64, stepstream_protocol::CommandEvent>,
     /// Smoothing weight applied to new series.
     pub smoothing: f64,
 }
@@ -269,6 +271,28 @@ impl RunData {
             self.alerts.push(a);
         }
         !known
+    }
+
+    /// A command's state as told; `false` when it says nothing new (a repeat, or an older
+    /// state arriving after a newer one).
+    pub fn command(&mut self, e: stepstream_protocol::CommandEvent) -> bool {
+        match self.commands.get(&e.command.id) {
+            Some(known) if known.state >= e.state => false,
+            _ => {
+                self.commands.insert(e.command.id, e);
+                true
+            }
+        }
+    }
+
+    /// Steps where the training acted on a command (a note shown, a checkpoint saved, a stop),
+    /// for chart markers.
+    pub fn command_steps(&self) -> Vec<i64> {
+        self.commands
+            .values()
+            .filter(|c| c.state == stepstream_protocol::CommandState::Honoured)
+            .filter_map(|c| c.step)
+            .collect()
     }
 
     /// Steps where an alert fired, for chart markers.

@@ -79,6 +79,9 @@ pub struct Line<'a> {
     pub smoothed: Option<&'a [f64]>,
     /// x of the alerts that fired on this line's run: dashed verticals.
     pub markers: &'a [f64],
+    /// x of the commands its training acted on (a note, a checkpoint, a stop): dotted
+    /// verticals in the note colour.
+    pub notes: &'a [f64],
 }
 
 /// How to draw a chart.
@@ -103,6 +106,8 @@ pub struct Drawn {
     pub last_step: Option<i64>,
     /// Alert markers drawn.
     pub markers: usize,
+    /// Command (note) markers drawn.
+    pub notes: usize,
     /// Points outside an outlier-ignoring range, marked at its edge.
     pub clipped: usize,
     /// Non-finite values marked along the top.
@@ -309,6 +314,15 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
                     vec![(x, a), (x, a + dash)],
                     t.alert.stroke_width(width(1.0)),
                 )
+            });
+            chart.draw_series(segments).ok()?;
+        }
+        for &x in l.notes.iter().filter(|&&x| x >= x0 && x <= x1) {
+            drawn.notes += 1;
+            let dot = (y1 - y0) / 40.0;
+            let segments = (0..20).map(|k| {
+                let a = y0 + dot * (2 * k) as f64;
+                PathElement::new(vec![(x, a), (x, a + dot)], t.note.stroke_width(width(1.5)))
             });
             chart.draw_series(segments).ok()?;
         }

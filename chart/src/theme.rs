@@ -12,6 +12,8 @@ pub struct Theme {
     pub grid: RGBColor,
     pub axis: RGBColor,
     pub alert: RGBColor,
+    /// A command the training acted on (a note, a checkpoint, a stop).
+    pub note: RGBColor,
     pub crosshair: &'static str,
     pub selection: &'static str,
 }
@@ -23,6 +25,7 @@ pub const LIGHT: Theme = Theme {
     grid: RGBColor(236, 237, 240),
     axis: RGBColor(120, 125, 135),
     alert: RGBColor(220, 38, 38),
+    note: RGBColor(37, 99, 235),
     crosshair: "rgba(30,30,40,0.55)",
     selection: "rgba(37,99,235,0.15)",
 };
@@ -34,6 +37,7 @@ pub const DARK: Theme = Theme {
     grid: RGBColor(45, 48, 58),
     axis: RGBColor(140, 145, 155),
     alert: RGBColor(248, 81, 73),
+    note: RGBColor(96, 165, 250),
     crosshair: "rgba(230,230,240,0.6)",
     selection: "rgba(96,165,250,0.2)",
 };

@@ -17,6 +17,7 @@
 //! stored, so every record arrives exactly once.
 
 pub mod archive;
+pub mod commands;
 pub mod console;
 mod ids;
 pub mod image;
@@ -64,6 +65,8 @@ pub enum Outcome {
     Finished,
     Failed(String),
     Killed(String),
+    /// Ended at a stop command's bidding (who asked and why).
+    Stopped(String),
 }
 
 impl From<Outcome> for FinishStatus {
@@ -72,6 +75,7 @@ impl From<Outcome> for FinishStatus {
             Outcome::Finished => FinishStatus::Finished,
             Outcome::Failed(message) => FinishStatus::Failed { message },
             Outcome::Killed(message) => FinishStatus::Killed { message },
+            Outcome::Stopped(message) => FinishStatus::Stopped { message },
         }
     }
 }
@@ -114,6 +118,8 @@ pub struct Collector {
     finish_timeout: Duration,
     /// The step `log` last saw: where system samples and console lines are placed.
     last_step: Arc<std::sync::atomic::AtomicI64>,
+    /// Commands the hub delivered for the training.
+    commands: Arc<commands::Inbox>,
 }
 
 /// `YYYYMMDD-HHMMSS-xxxxxxxx`: sortable by start time, unique by the random tail.
@@ -230,6 +236,7 @@ impl Collector {
         let queue = Arc::new(queue::Queue::new(options.queue_capacity));
         let stats = Arc::new(Stats::default());
         let tls = tls::client_config(options.ca_file.as_deref()).map_err(StartError::Tls)?;
+        let inbox = Arc::new(commands::Inbox::default());
         let sender = sender::Sender::new(
             url,
             options.clone(),
@@ -238,6 +245,7 @@ impl Collector {
             archive,
             tls,
             queue.clone(),
+            inbox.clone(),
         );
         let thread = std::thread::Builder::new()
             .name("stepstream-sender".into())
@@ -252,6 +260,7 @@ impl Collector {
             thread: Mutex::new(Some(thread)),
             finish_timeout: Duration::from_secs(30),
             last_step: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
+            commands: inbox,
         })
     }
 
@@ -562,6 +571,55 @@ impl Collector {
         // Otherwise the thread is left to end with the process; waiting longer would stall
         // the caller's exit on an unreachable hub.
         self.report(delivered)
+    }
+
+    /// Whether the hub delivered commands the training has not taken: one atomic load, for
+    /// every step.
+    pub fn has_commands(&self) -> bool {
+        self.commands.has_new()
+    }
+
+    /// The commands delivered since the last call (stop, checkpoint, note), oldest first;
+    /// each is handed out once, however often the hub delivers it. Answer each with
+    /// [`Collector::command_done`].
+    pub fn take_commands(&self) -> Vec<stepstream_protocol::Command> {
+        self.commands.take()
+    }
+
+    /// The stop command the training took, if any: a run that ends after it ends `stopped`.
+    pub fn stop_command(&self) -> Option<stepstream_protocol::Command> {
+        self.commands.stop()
+    }
+
+    /// Tells the hub what became of command `id`: `honoured` (done) or not (declined, with
+    /// why). The first answer stands; it reaches the hub before the run's finish.
+    pub fn command_done(&self, id: u64, honoured: bool, message: &str) {
+        let state = if honoured {
+            stepstream_protocol::CommandState::Honoured
+        } else {
+            stepstream_protocol::CommandState::Declined
+        };
+        let step = self.last_step.load(Ordering::Relaxed);
+        let reply = stepstream_protocol::CommandReply {
+            id,
+            state,
+            step: (step >= 0).then_some(step),
+            message: message.to_string(),
+        };
+        if let Some(reply) = self.commands.answer(reply) {
+            let mut reply = Command::Reply(reply);
+            // A full queue: the answer waits for room (briefly); it must not be dropped,
+            // or the hub would deliver the command again to a run that did it.
+            for _ in 0..200 {
+                match self.queue.push(reply) {
+                    Ok(()) | Err(queue::Refused::SenderGone) => return,
+                    Err(queue::Refused::Full(again)) => {
+                        reply = again;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            }
+        }
     }
 
     /// Sends everything, marks the run ended, and waits (up to the finish timeout) for the

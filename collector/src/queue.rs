@@ -30,6 +30,8 @@ pub(crate) enum Command {
         image: crate::image::RawImage,
     },
     Flush,
+    /// An answer to a command the hub delivered, for the hub.
+    Reply(stepstream_protocol::CommandReply),
     Finish(FinishStatus, oneshot::Sender<bool>),
 }
 

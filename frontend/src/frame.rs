@@ -217,6 +217,7 @@ fn draw_chart(
             values: &l.values,
             smoothed: smoothing.then_some(&l.smoothed[..]),
             markers: &l.markers,
+            notes: &l.notes,
         })
         .collect();
     let options = chart::Options {
@@ -256,6 +257,7 @@ fn draw_chart(
         drawn.last_step.map_or(String::new(), |s| s.to_string()),
     );
     set("data-markers", drawn.markers.to_string());
+    set("data-notes", drawn.notes.to_string());
     set("data-clipped", drawn.clipped.to_string());
     set("data-non-finite", drawn.non_finite.to_string());
     set("data-detail", total(|l| l.detail_points as u64));

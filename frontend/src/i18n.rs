@@ -219,6 +219,7 @@ pub fn status(lang: Lang, s: RunStatus) -> &'static str {
         (Lang::Zh, RunStatus::Finished) => "已完成",
         (Lang::Zh, RunStatus::Failed) => "失败",
         (Lang::Zh, RunStatus::Killed) => "被终止",
+        (Lang::Zh, RunStatus::Stopped) => "已停止",
     }
 }
 

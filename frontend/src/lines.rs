@@ -36,6 +36,8 @@ pub struct LineData<'a> {
     pub times: Cow<'a, [f64]>,
     pub smoothed: Cow<'a, [f64]>,
     pub markers: Vec<f64>,
+    /// x of the commands the run's training acted on (notes, checkpoints, stops).
+    pub notes: Vec<f64>,
     /// Points that came raw from the hub for the zoom window.
     pub detail_points: usize,
     pub received: u64,
@@ -72,14 +74,17 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
             } else {
                 format!("{id}/{device}")
             });
-            let markers = run
-                .alert_steps()
-                .into_iter()
-                .filter_map(|step| {
-                    let k = Series::nearest(&s.xs, step as f64)?;
-                    Some(scene.axis.x(step, s.times[k], started))
-                })
-                .collect();
+            let at = |steps: Vec<i64>| -> Vec<f64> {
+                steps
+                    .into_iter()
+                    .filter_map(|step| {
+                        let k = Series::nearest(&s.xs, step as f64)?;
+                        Some(scene.axis.x(step, s.times[k], started))
+                    })
+                    .collect()
+            };
+            let markers = at(run.alert_steps());
+            let notes = at(run.command_steps());
             let mut line = LineData {
                 run: id.clone(),
                 metric: metric.clone(),
@@ -91,6 +96,7 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 times: Cow::Borrowed(&s.times),
                 smoothed: Cow::Borrowed(&s.smoothed),
                 markers,
+                notes,
                 detail_points: 0,
                 received: s.received,
                 out_of_order: s.out_of_order,
@@ -188,6 +194,8 @@ pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64
             continue;
         };
         run.alerts.len().hash(&mut data);
+        run.commands.len().hash(&mut data);
+        run.command_steps().hash(&mut data);
         for (metric, _) in &spec.metrics {
             if let Some(s) = run.series(metric) {
                 // While zoomed, points beyond the window do not change the picture.

@@ -99,6 +99,8 @@ pub struct Ctx {
     pub hub_offset: RwSignal<f64>,
     /// Bumped when any watched run's alerts change.
     pub alerts: RwSignal<u64>,
+    /// Bumped when a command for a watched run's training is queued or moves on.
+    pub commands: RwSignal<u64>,
     pub window: RwSignal<Option<(f64, f64)>>,
     pub smoothing: RwSignal<f64>,
     pub axis: RwSignal<Axis>,
@@ -145,6 +147,7 @@ impl Ctx {
             now: RwSignal::new(now_ms()),
             hub_offset: RwSignal::new(0.0),
             alerts: RwSignal::new(0),
+            commands: RwSignal::new(0),
             window: RwSignal::new(view.window),
             smoothing: RwSignal::new(view.smoothing),
             axis: RwSignal::new(view.axis),
@@ -392,6 +395,10 @@ impl Ctx {
             Change::Points(_) => mark_dirty(),
             Change::Alert(_) => {
                 self.alerts.update(|n| *n += 1);
+                mark_dirty();
+            }
+            Change::Command(_) => {
+                self.commands.update(|n| *n += 1);
                 mark_dirty();
             }
             Change::Zoomed(z) => {

@@ -14,7 +14,8 @@
 //! * Hub → collector ([`FromHub`]): [`Welcome`] answers the hello with the last sequence
 //!   number the hub has stored for that run, so a reconnecting collector resends only what
 //!   was not stored; [`Ack`] says every batch up to `through_seq` is durable; [`FinishAck`];
-//!   [`HubError`].
+//!   [`HubError`]; [`Command`]s for the training (stop, checkpoint, note; see [`commands`]),
+//!   which the collector answers with [`CommandReply`].
 //! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`], and [`Zoom`] for a
 //!   window at its own resolution (answered by [`Zoomed`]).
 //! * Hub → viewer ([`ToViewer`]): [`RunList`] on connect, [`RunUpdate`] as a run's status
@@ -32,11 +33,13 @@
 //! [`Live`] batch only if its `seq` is above the `through_seq` of what it already holds.
 
 pub mod codec;
+pub mod commands;
 pub mod csv;
 pub mod decimate;
 pub mod items;
 pub mod limits;
 
+pub use commands::{Action, Command, CommandEvent, CommandReply, CommandState, PeerCommand};
 pub use items::{Cell, Histogram, Image, ImageFormat, Item, ItemBody, ItemKind, Stream};
 pub use limits::Limits;
 
@@ -180,8 +183,16 @@ pub struct Heartbeat {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FinishStatus {
     Finished,
-    Failed { message: String },
-    Killed { message: String },
+    Failed {
+        message: String,
+    },
+    Killed {
+        message: String,
+    },
+    /// Ended at a stop command's bidding (who asked and why, in `message`).
+    Stopped {
+        message: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -309,6 +320,8 @@ pub enum RunStatus {
     Finished,
     Failed,
     Killed,
+    /// Ended by a stop command (from a person or a rule), not by itself.
+    Stopped,
 }
 
 impl RunStatus {
@@ -319,6 +332,7 @@ impl RunStatus {
             RunStatus::Finished => "finished",
             RunStatus::Failed => "failed",
             RunStatus::Killed => "killed",
+            RunStatus::Stopped => "stopped",
         }
     }
 
@@ -329,15 +343,17 @@ impl RunStatus {
             "finished" => RunStatus::Finished,
             "failed" => RunStatus::Failed,
             "killed" => RunStatus::Killed,
+            "stopped" => RunStatus::Stopped,
             _ => return None,
         })
     }
 
-    /// Finished, failed and killed runs stay so until their collector says hello again.
+    /// Finished, failed, killed and stopped runs stay so until their collector says hello
+    /// again.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RunStatus::Finished | RunStatus::Failed | RunStatus::Killed
+            RunStatus::Finished | RunStatus::Failed | RunStatus::Killed | RunStatus::Stopped
         )
     }
 }
@@ -540,6 +556,7 @@ direction! {
         Batch = 0x03,
         Heartbeat = 0x04,
         Finish = 0x05,
+        CommandReply = 0x06,
     }
 }
 
@@ -567,6 +584,7 @@ direction! {
         Welcome = 0x10,
         Ack = 0x11,
         FinishAck = 0x12,
+        Command = 0x13,
         HubError = 0x1f,
     }
 }
@@ -593,6 +611,7 @@ direction! {
         Alert = 0x37,
         RunUpdates = 0x38,
         Zoomed = 0x39,
+        CommandEvent = 0x3a,
         HubError = 0x3f,
     }
 }
@@ -604,6 +623,7 @@ direction! {
         PeerMetrics = 0x41,
         PeerRun = 0x42,
         PeerAlert = 0x43,
+        PeerCommand = 0x44,
     }
 }
 

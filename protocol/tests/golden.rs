@@ -75,6 +75,16 @@ fn items(step: i64) -> Vec<Item> {
     ]
 }
 
+fn command() -> Command {
+    Command {
+        id: 42,
+        action: Action::Stop { checkpoint: true },
+        by: "alice".into(),
+        reason: "diverging".into(),
+        issued_at: 1_764_700_002.5,
+    }
+}
+
 fn summary() -> RunSummary {
     RunSummary {
         run_id: run_id(),
@@ -199,6 +209,56 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "FromHub_HubError",
             FromHub::HubError(hub_error.clone()).encode(),
+        ),
+        ("FromHub_Command", FromHub::Command(command()).encode()),
+        (
+            "ToHub_CommandReply",
+            ToHub::CommandReply(CommandReply {
+                id: 42,
+                state: CommandState::Honoured,
+                step: Some(1234),
+                message: "saved /ckpt/step1234.ckpt".into(),
+            })
+            .encode(),
+        ),
+        (
+            "ToHub_Finish_Stopped",
+            ToHub::Finish(Finish {
+                status: FinishStatus::Stopped {
+                    message: "stopped by alice: diverging".into(),
+                },
+                wall_time: 1_764_700_003.0,
+            })
+            .encode(),
+        ),
+        (
+            "ToViewer_CommandEvent",
+            ToViewer::CommandEvent(CommandEvent {
+                run_id: run_id(),
+                command: Command {
+                    id: 43,
+                    action: Action::Note {
+                        text: "lr halved".into(),
+                    },
+                    by: "bob".into(),
+                    reason: String::new(),
+                    issued_at: 1_764_700_010.0,
+                },
+                state: CommandState::Delivered,
+                step: None,
+                message: String::new(),
+                at: 1_764_700_010.5,
+            })
+            .encode(),
+        ),
+        (
+            "ToPeer_PeerCommand",
+            ToPeer::PeerCommand(PeerCommand {
+                hub: 0x5eed,
+                run_id: run_id(),
+                id: 42,
+            })
+            .encode(),
         ),
         (
             "FromViewer_Subscribe",
@@ -470,7 +530,12 @@ fn every_sample_round_trips() {
 
 #[test]
 fn kinds_are_unique_across_directions() {
-    let mut kinds: Vec<u8> = samples().iter().map(|(_, b)| b[3]).collect();
+    // A second sample of one message (`ToHub_Finish_Stopped`) repeats its kind on purpose.
+    let mut kinds: Vec<u8> = samples()
+        .iter()
+        .filter(|(name, _)| name.matches('_').count() == 1)
+        .map(|(_, b)| b[3])
+        .collect();
     // HubError is shared by two directions on purpose (0x1f and 0x3f), everything else once.
     kinds.sort_unstable();
     let n = kinds.len();

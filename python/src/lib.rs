@@ -591,9 +591,10 @@ impl Run {
             "finished" => Outcome::Finished,
             "failed" => Outcome::Failed(message.unwrap_or_default()),
             "killed" => Outcome::Killed(message.unwrap_or_default()),
+            "stopped" => Outcome::Stopped(message.unwrap_or_default()),
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "status must be finished, failed or killed, not {other:?}"
+                    "status must be finished, failed, killed or stopped, not {other:?}"
                 )))
             }
         };
@@ -662,6 +663,47 @@ impl Run {
     #[getter]
     fn config_path(&self) -> Option<String> {
         self.archive.as_ref().map(|(_, c)| c.clone())
+    }
+
+    /// Whether the hub delivered commands not yet taken (one atomic load).
+    #[getter]
+    fn has_commands(&self) -> bool {
+        self.collector.as_ref().is_some_and(|c| c.has_commands())
+    }
+
+    /// The commands delivered since the last call, as dicts (`id`, `action`: stop,
+    /// checkpoint or note, `checkpoint`, `text`, `by`, `reason`, `issued_at`); each once.
+    fn take_commands<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let Some(c) = &self.collector else {
+            return Ok(Vec::new());
+        };
+        c.take_commands()
+            .into_iter()
+            .map(|cmd| {
+                let d = dict(py)?;
+                d.set_item("id", cmd.id)?;
+                d.set_item("action", cmd.action.name())?;
+                let (checkpoint, text) = match &cmd.action {
+                    stepstream_protocol::Action::Stop { checkpoint } => (*checkpoint, ""),
+                    stepstream_protocol::Action::Checkpoint => (true, ""),
+                    stepstream_protocol::Action::Note { text } => (false, text.as_str()),
+                };
+                d.set_item("checkpoint", checkpoint)?;
+                d.set_item("text", text)?;
+                d.set_item("by", cmd.by)?;
+                d.set_item("reason", cmd.reason)?;
+                d.set_item("issued_at", cmd.issued_at)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Tells the hub what became of command `id` (the first answer stands).
+    #[pyo3(signature = (id, honoured = true, message = String::new()))]
+    fn command_done(&self, id: u64, honoured: bool, message: String) {
+        if let Some(c) = &self.collector {
+            c.command_done(id, honoured, &message);
+        }
     }
 
     #[getter]

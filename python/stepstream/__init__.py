@@ -31,9 +31,10 @@ from typing import Any, Mapping, Optional, Tuple
 
 from ._stepstream import PROTOCOL_VERSION, __version__
 from ._stepstream import Run as _NativeRun
+from ._commands import Command, Commands
 from ._samples import Histogram, Image, Table, Text
 
-__all__ = ["init", "Run", "Text", "Table", "Histogram", "Image", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
+__all__ = ["init", "Run", "Command", "Text", "Table", "Histogram", "Image", "chart", "detect_rank", "__version__", "PROTOCOL_VERSION"]
 
 
 def chart(run, metric="loss", **options):
@@ -82,6 +83,7 @@ class Run:
         self.world_size = world_size
         self._ended = False
         self.hub: Optional[str] = None
+        self._commands = Commands(native)
         if native is not None:
             self.log = native.log  # type: ignore[method-assign]
             self.flush = native.flush  # type: ignore[method-assign]
@@ -116,6 +118,46 @@ class Run:
     def next_step(self, step: int) -> None:
         if self._native is not None:
             self._native.next_step = step
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether a stop command arrived (from the page, the API, ``stepstream stop`` or a
+        rule): a plain loop checks it each step, saves if it wants, and breaks; the run then
+        ends ``stopped``. Takes (and dispatches) any command waiting: one atomic load when
+        none does."""
+        self._commands.poll()
+        return self._commands.stop is not None
+
+    @property
+    def stop_command(self) -> Optional[Command]:
+        """The stop command taken, if any (who asked, why, whether a checkpoint first)."""
+        return self._commands.stop
+
+    def poll_commands(self) -> list:
+        """Takes the commands delivered since the last call, hands each to the
+        ``on_command`` handlers, and returns them."""
+        return self._commands.poll()
+
+    def on_command(self, handler) -> None:
+        """Calls ``handler(command)`` for each command, on the training thread at the next
+        ``log`` (or ``should_stop`` / ``poll_commands``). For a checkpoint (or a stop that wants
+        one), return the path saved: the command is then honoured with it; raise to decline
+        it. See :class:`stepstream.Command`."""
+        if self._native is None:
+            return
+        first = not self._commands.handlers
+        self._commands.handlers.append(handler)
+        if first:
+            native = self._native
+            native_log = native.log
+            commands = self._commands
+
+            def log(*args, **kwargs):
+                native_log(*args, **kwargs)
+                if native.has_commands:
+                    commands.poll()
+
+            self.log = log  # type: ignore[method-assign]
 
     @property
     def active(self) -> bool:
@@ -154,6 +196,11 @@ class Run:
         if self._native is None or self._ended:
             return {"delivered": self._native is None}
         self._ended = True
+        if status == "finished":
+            # Ended after a stop command: the stop is honoured, and the run ends stopped.
+            stopped = self._commands.ending(self._native.next_step - 1)
+            if stopped is not None:
+                status, message = "stopped", stopped
         return self._native.finish(status, message, timeout)
 
     def _at_exit(self) -> None:

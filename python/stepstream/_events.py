@@ -137,3 +137,67 @@ class FitLoop:
     @property
     def run(self):
         return self._lazy.run
+
+
+class Acting:
+    """What an integration does with the hub's commands (stop, checkpoint): its handler notes
+    them as they arrive, and :meth:`act` carries them out at the framework's safe point (a
+    step's end), with the framework's own ways to save and to stop."""
+
+    def __init__(self, saves_later: bool = False):
+        self.pending: list = []
+        self._attached = None
+        # ``save()`` only asks the framework to save after this step (the HF Trainer): the
+        # checkpoint commands wait in ``saving`` until :meth:`saved` says it did.
+        self.saves_later = saves_later
+        self.saving: list = []
+
+    def attach(self, run) -> None:
+        if run is not None and self._attached is not run:
+            self._attached = run
+            run.on_command(self._note)
+
+    def _note(self, cmd) -> None:
+        if cmd.action in ("stop", "checkpoint"):
+            self.pending.append(cmd)
+            if cmd.action == "checkpoint":
+                cmd.later()
+
+    def act(self, run, save: Optional[Any], stop: Any, why_not: str = "") -> None:
+        """``save()`` writes a checkpoint and returns its path (``None``: this framework has
+        none configured, ``why_not`` says so); ``stop()`` asks the framework to stop."""
+        if run is None:
+            return
+        run.poll_commands()
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        saved: Optional[str] = None
+        for cmd in pending:
+            if cmd.action == "checkpoint" or cmd.checkpoint:
+                if saved is None:
+                    try:
+                        saved = save() if save is not None else None
+                    except Exception as e:  # noqa: BLE001 - the answer says why
+                        why = f"saving a checkpoint failed: {type(e).__name__}: {e}"
+                        if cmd.action == "checkpoint":
+                            cmd.decline(why)
+                            continue
+                        # A stop stops all the same: that is what was asked first.
+                        cmd.saved = f"nothing ({why})"
+                cmd.saved = saved
+                if cmd.action == "checkpoint":
+                    if saved is None:
+                        cmd.decline(why_not or "no checkpoint is configured")
+                    elif self.saves_later:
+                        self.saving.append(cmd)
+                    else:
+                        cmd.done(f"saved {saved}")
+            if cmd.action == "stop":
+                stop()
+
+    def saved(self) -> None:
+        """The framework saved what ``save()`` asked for (``saves_later``): honoured."""
+        for cmd in self.saving:
+            cmd.done(f"saved {cmd.saved}")
+        self.saving = []

@@ -11,19 +11,23 @@ metrics (``val_*``) at the last step. The run's config is the model's and the op
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import keras
 
-from ._events import Batches, FitLoop, Lazy, numeric
+from ._events import Acting, Batches, FitLoop, Lazy, numeric
 
 __all__ = ["StepStreamCallback"]
 
 
 class StepStreamCallback(FitLoop, keras.callbacks.Callback):
-    def __init__(self, **init_kwargs: Any):
-        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
+    def __init__(self, checkpoint_dir: Optional[str] = None, **init_kwargs: Any):
+        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...).
+        ``checkpoint_dir``: where a checkpoint or stop command from the hub saves the model
+        (without it such a checkpoint is declined; a stop still stops)."""
         super().__init__()
+        self.checkpoint_dir = checkpoint_dir
+        self._acting = Acting()
         self._lazy = Lazy(init_kwargs.pop("framework", f"keras-{keras.backend.backend()}"), init_kwargs)
         self._batches = Batches(self._lazy, "learning_rate")
 
@@ -46,6 +50,22 @@ class StepStreamCallback(FitLoop, keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches.end(logs)
+        # Commands from the hub, at the batch's end: save, then stop the fit loop.
+        self._acting.attach(self._lazy.run)
+        self._acting.act(self._lazy.run, self._save, self._stop, "no checkpoint_dir is configured")
+
+    def _stop(self) -> None:
+        self.model.stop_training = True
+
+    def _save(self) -> Optional[str]:
+        import os
+
+        if self.checkpoint_dir is None:
+            return None
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        path = os.path.join(self.checkpoint_dir, f"stepstream-command-{self.global_step}.keras")
+        self.model.save(path)
+        return path
 
     def on_epoch_end(self, epoch, logs=None):
         self._batches.evaluated({k: v for k, v in numeric(logs).items() if k.startswith("val_")})

@@ -7,6 +7,10 @@
 ``LearningRateMonitor``'s lr...) at the step Lightning gives; ``log_hyperparams`` sets the
 run's config (the first call starts the run with it); ``finalize(status)`` ends the run
 as finished, failed or killed. Only global rank 0 reports, as with Lightning's own loggers.
+
+Commands from the hub (stop, checkpoint) need a callback, since a logger sees no trainer:
+``Trainer(logger=logger, callbacks=[StepStreamCommands(logger)])`` saves with
+``trainer.save_checkpoint`` and stops with ``trainer.should_stop`` at a batch's end.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ from argparse import Namespace
 from typing import Any, Mapping, Optional, Union
 
 try:
+    from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
     from lightning.pytorch.utilities import rank_zero_only
 except ImportError:  # the older package name
+    from pytorch_lightning.callbacks import Callback  # type: ignore
     from pytorch_lightning.loggers.logger import Logger, rank_zero_experiment  # type: ignore
     from pytorch_lightning.utilities import rank_zero_only  # type: ignore
 
-from ._events import Lazy, numeric
+from ._events import Acting, Lazy, numeric
 
-__all__ = ["StepStreamLogger"]
+__all__ = ["StepStreamLogger", "StepStreamCommands"]
 
 
 def _plain(params: Union[Mapping[str, Any], Namespace, None]) -> dict:
@@ -87,3 +93,36 @@ class StepStreamLogger(Logger):
     def finalize(self, status: str) -> None:
         status = {"success": "finished", "failed": "failed", "finished": "finished"}.get(status, "killed")
         self._lazy.finish(status, None if status == "finished" else f"lightning: {status}")
+
+
+class StepStreamCommands(Callback):
+    """Honours the hub's commands for the run ``logger`` streams, at each training batch's
+    end: a checkpoint through ``trainer.save_checkpoint`` (into ``dirpath``, else the
+    trainer's checkpoint callback's folder, else its root dir), a stop through
+    ``trainer.should_stop`` (the run then ends ``stopped``)."""
+
+    def __init__(self, logger: StepStreamLogger, dirpath: Optional[str] = None):
+        super().__init__()
+        self._logger = logger
+        self._dirpath = dirpath
+        self._acting = Acting()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        run = self._logger._lazy.run
+        if run is None:
+            return
+        self._acting.attach(run)
+
+        def stop():
+            trainer.should_stop = True
+
+        self._acting.act(run, lambda: self._save(trainer), stop)
+
+    def _save(self, trainer) -> str:
+        import os
+
+        folder = self._dirpath or getattr(trainer.checkpoint_callback, "dirpath", None) or trainer.default_root_dir
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"stepstream-command-step{trainer.global_step}.ckpt")
+        trainer.save_checkpoint(path)
+        return path

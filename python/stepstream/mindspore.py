@@ -43,6 +43,7 @@ from mindspore import nn, ops
 from mindspore.train import Callback
 
 import stepstream
+from stepstream._events import Acting
 
 __all__ = [
     "StepStreamCallback",
@@ -177,9 +178,12 @@ class StepStreamCallback(Callback):
         lr_every: int = 1,
         samples: Optional[Callable[[int, Any], Mapping[str, Any]]] = None,
         samples_every: int = 100,
+        checkpoint_dir: Optional[str] = None,
         **init_kwargs: Any,
     ):
         super().__init__()
+        self.checkpoint_dir = checkpoint_dir
+        self._acting = Acting()
         self.run = run
         self._own_run = run is None
         self._init_kwargs = init_kwargs
@@ -289,6 +293,7 @@ class StepStreamCallback(Callback):
         p = run_context.original_args()
         if self.run is None:
             self.run = stepstream.init(config=self._config(p), **self._init_kwargs)
+        self._acting.attach(self.run)
         self._last_end = time.perf_counter()
 
     def on_train_step_begin(self, run_context):
@@ -361,7 +366,33 @@ class StepStreamCallback(Callback):
 
                 warnings.warn(f"stepstream: the samples callback failed at step {step}: {e!r}")
         self.run.log(rec, step=step)
+        # Commands from the hub, at this safe point: save where a ModelCheckpoint (or
+        # ``checkpoint_dir``) says, stop through the run context.
+        self._acting.act(
+            self.run,
+            lambda: self._save(p, step),
+            run_context.request_stop,
+            "no ModelCheckpoint callback (or checkpoint_dir) is configured",
+        )
         self._last_end = time.perf_counter()
+
+    def _save(self, p, step: int) -> Optional[str]:
+        import os
+
+        import mindspore as ms
+
+        folder, prefix = self.checkpoint_dir, "stepstream"
+        for cb in getattr(p, "list_callback", None) or []:
+            if isinstance(cb, ms.train.ModelCheckpoint):
+                folder = folder or getattr(cb, "_directory", None)
+                named = getattr(cb, "_prefix", None)
+                prefix = named if isinstance(named, str) and named else prefix
+        if folder is None:
+            return None
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{prefix}-command-{step}.ckpt")
+        ms.save_checkpoint(p.train_network, path)
+        return path
 
     def _batch_size(self, p, step: int) -> Optional[int]:
         # A batch's shape costs ~10 us to read; only an epoch's first and last batches can

@@ -11,19 +11,23 @@ were computed. Only rank 0 reports unless ``all_ranks=True``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import paddle
 
-from ._events import Batches, FitLoop, Lazy, numeric
+from ._events import Acting, Batches, FitLoop, Lazy, numeric
 
 __all__ = ["StepStreamCallback"]
 
 
 class StepStreamCallback(FitLoop, paddle.callbacks.Callback):
-    def __init__(self, **init_kwargs: Any):
-        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...)."""
+    def __init__(self, checkpoint_dir: Optional[str] = None, **init_kwargs: Any):
+        """``init_kwargs`` go to :func:`stepstream.init` (hub, project, name, token...).
+        ``checkpoint_dir``: where a checkpoint or stop command from the hub saves the model
+        (without it such a checkpoint is declined; a stop still stops)."""
         super().__init__()
+        self.checkpoint_dir = checkpoint_dir
+        self._acting = Acting()
         self._lazy = Lazy(init_kwargs.pop("framework", "paddle"), init_kwargs)
         self._batches = Batches(self._lazy, "lr")
 
@@ -40,6 +44,25 @@ class StepStreamCallback(FitLoop, paddle.callbacks.Callback):
 
     def on_train_batch_end(self, step, logs=None):
         self._batches.end(logs)
+        # Commands from the hub, at the batch's end: save, then stop the fit loop.
+        self._acting.attach(self._lazy.run)
+        self._acting.act(self._lazy.run, self._save, self._stop, "no checkpoint_dir is configured")
+
+    def _stop(self) -> None:
+        # hapi looks at ``stop_training`` only between epochs; one iteration left makes it
+        # leave the epoch after this batch (its own ``num_iters`` countdown) and then stop.
+        self.model.stop_training = True
+        self.model.num_iters = 1
+
+    def _save(self) -> Optional[str]:
+        import os
+
+        if self.checkpoint_dir is None:
+            return None
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        path = os.path.join(self.checkpoint_dir, f"stepstream-command-{self.global_step}")
+        self.model.save(path)  # writes path.pdparams and path.pdopt
+        return path
 
     def on_eval_end(self, logs=None):
         self._batches.evaluated({f"eval_{k}": v for k, v in numeric(logs, skip=("batch_size",)).items()})

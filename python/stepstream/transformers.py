@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._events import Lazy, Throughput, numeric, scalar
+from ._events import Acting, Lazy, Throughput, numeric, scalar
 
 __all__ = ["StepStreamCallback"]
 
@@ -45,6 +45,8 @@ class StepStreamCallback:
         self._all_ranks = bool(init_kwargs.get("all_ranks", False))
         self._lr: Optional[Any] = None
         self._clock = Throughput()
+        # The Trainer saves after this step's events (``on_save`` answers).
+        self._acting = Acting(saves_later=True)
 
     def __getattr__(self, name: str):
         # Events this version does not know (on_optimizer_step, on_push_begin...): no-ops.
@@ -67,6 +69,7 @@ class StepStreamCallback:
         if model_config is not None:
             config["model_config"] = _to_dict(model_config)
         run = self._lazy.start(config=config, name=getattr(args, "run_name", None))
+        self._acting.attach(run)
         every, histograms = self._watch
         if every and model is not None and run is not None and self._watching is None:
             from .torch import watch
@@ -89,6 +92,22 @@ class StepStreamCallback:
         if state.epoch is not None:
             values["epoch"] = float(state.epoch)
         self._lazy.log(values, state.global_step)
+
+        # Commands from the hub: the Trainer saves (``should_save``) right after this event,
+        # then stops (``should_training_stop``); ``on_save`` tells where it saved.
+        def save():
+            control.should_save = True
+            return f"{args.output_dir}/checkpoint-{state.global_step}"
+
+        def stop():
+            control.should_training_stop = True
+
+        self._acting.act(self._lazy.run, save, stop)
+
+    def on_save(self, args, state, control, **kwargs):
+        # The checkpoint a command asked for is written now: honoured (a stop is honoured
+        # when the run ends).
+        self._acting.saved()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not self._reports(state):

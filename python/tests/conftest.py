@@ -31,6 +31,8 @@ class Hub:
         self.db = tmp / "hub.db"
         self.extra = list(extra)
         self.proc = None
+        # A read token for the API, where the hub guards reads.
+        self.token = None
 
     @property
     def url(self) -> str:
@@ -52,7 +54,9 @@ class Hub:
             self.proc = None
 
     def api(self, path: str):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as r:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as r:
             body = r.read()
             return json.loads(body) if r.headers.get_content_type() == "application/json" else body.decode()
 

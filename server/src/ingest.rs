@@ -486,9 +486,19 @@ async fn converse(
     tokio::pin!(ack_due);
     let mut tokens = app.auth.changes();
     let project = run.state(|st| st.identity.project.clone());
+    // Commands for the training: the unfinished ones now, then whenever one is queued.
+    let mut orders = run.commands.subscribe();
+    orders.mark_changed();
+    let mut delivered = std::collections::HashSet::new();
     loop {
         let msg = tokio::select! {
             biased;
+            Ok(()) = orders.changed() => {
+                if !deliver(hub, conn, run, &mut delivered).await {
+                    return Ok(());
+                }
+                continue;
+            }
             Ok(()) = tokens.changed() => {
                 // A revoked token (its entry removed, the file emptied or deleted) writes
                 // nothing more: its socket closes now, what it had in flight settled first.
@@ -549,6 +559,11 @@ async fn converse(
                     .map_err(refusal)?;
             }
             ToHub::Heartbeat(_) => hub.heartbeat(run),
+            ToHub::CommandReply(reply) => {
+                hub.command_reply(run, reply)
+                    .await
+                    .map_err(|e| fatal(ErrorCode::Storage, e.to_string()))?;
+            }
             ToHub::Finish(finish) => {
                 hub.store.hurry();
                 pipe.drain(hub).await?;
@@ -559,6 +574,7 @@ async fn converse(
                     FinishStatus::Finished => (RunStatus::Finished, None),
                     FinishStatus::Failed { message } => (RunStatus::Failed, Some(message)),
                     FinishStatus::Killed { message } => (RunStatus::Killed, Some(message)),
+                    FinishStatus::Stopped { message } => (RunStatus::Stopped, Some(message)),
                 };
                 hub.finish(run, status, message)
                     .await
@@ -577,4 +593,32 @@ async fn converse(
     }
     tracing::info!(run = %run.state(|st| st.identity.run_id.clone()), "collector disconnected");
     Ok(())
+}
+
+/// Sends the run's unfinished commands this connection has not sent yet; `false` when the
+/// socket is gone. The collector answers each (and one it already answered, again), so a
+/// command is delivered on every connection until answered and acted on once.
+async fn deliver(
+    hub: &crate::hub::Hub,
+    conn: &mut Conn,
+    run: &Arc<Run>,
+    delivered: &mut std::collections::HashSet<u64>,
+) -> bool {
+    let run_id = run.state(|st| st.identity.run_id.clone());
+    let stored = match hub.store.commands(run.key, run_id).await {
+        Ok(stored) => stored,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read a run's commands to deliver them");
+            return true;
+        }
+    };
+    for event in stored {
+        if event.state.is_final() || !delivered.insert(event.command.id) {
+            continue;
+        }
+        if !conn.send(FromHub::Command(event.command)).await {
+            return false;
+        }
+    }
+    true
 }

@@ -71,6 +71,10 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
         .route("/api/runs/{id}/config.json", get(api::export_config))
         .route("/api/runs/{id}/alerts", get(api::alerts))
+        .route(
+            "/api/runs/{id}/commands",
+            get(api::commands::list).post(api::commands::post),
+        )
         .route("/api/runs/{id}/console", get(api::items::console))
         .route("/api/runs/{id}/samples", get(api::items::samples))
         .route("/api/runs/{id}/image", get(api::items::image))

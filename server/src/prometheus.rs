@@ -44,12 +44,13 @@ fn label(value: &str) -> String {
     out
 }
 
-const STATUSES: [RunStatus; 5] = [
+const STATUSES: [RunStatus; 6] = [
     RunStatus::Running,
     RunStatus::Stale,
     RunStatus::Finished,
     RunStatus::Failed,
     RunStatus::Killed,
+    RunStatus::Stopped,
 ];
 
 pub async fn metrics(State(app): State<AppState>, Extension(scope): Extension<Scope>) -> Response {

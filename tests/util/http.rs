@@ -50,6 +50,38 @@ pub fn http_get(addr: &str, path: &str, bearer: Option<&str>) -> Response {
     }
 }
 
+/// A request with a body (`POST` JSON, say), whatever its answer's status.
+pub fn http_request_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .redirects(0)
+        .build();
+    let mut request = agent.request(method, &format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        if !k.eq_ignore_ascii_case("content-length") {
+            request = request.set(k, v);
+        }
+    }
+    let answer = match request.send_bytes(body) {
+        Ok(answer) | Err(ureq::Error::Status(_, answer)) => answer,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    let status = answer.status();
+    let mut out = Vec::new();
+    answer.into_reader().read_to_end(&mut out).unwrap();
+    Response {
+        status,
+        headers: Default::default(),
+        body: out,
+    }
+}
+
 /// One HTTP/1.1 request with `Connection: close` and these headers; decodes chunked bodies.
 pub fn http_request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
     let mut s = TcpStream::connect(addr).unwrap();

@@ -68,6 +68,8 @@ pub struct Viewer {
     pub run_list: Vec<RunSummary>,
     pub errors: Vec<HubError>,
     pub alerts: Vec<Alert>,
+    /// Commands' timelines, as told.
+    pub command_events: Vec<CommandEvent>,
     /// Zoom windows answered.
     pub zoomed: Vec<Zoomed>,
     /// The hub closed the socket.
@@ -80,6 +82,15 @@ pub struct Viewer {
 }
 
 impl Viewer {
+    /// The states command `id` of `run` was told in, in order.
+    pub fn commands(&self, run: &RunId, id: u64) -> Vec<CommandState> {
+        self.command_events
+            .iter()
+            .filter(|e| &e.run_id == run && e.command.id == id)
+            .map(|e| e.state)
+            .collect()
+    }
+
     pub fn connect(hub: &Hub) -> Viewer {
         Viewer::connect_url(format!("ws://127.0.0.1:{}/ws/viewer", hub.port))
     }
@@ -105,6 +116,7 @@ impl Viewer {
             run_list: Vec::new(),
             errors: Vec::new(),
             alerts: Vec::new(),
+            command_events: Vec::new(),
             zoomed: Vec::new(),
             closed: false,
             list_pages: Vec::new(),
@@ -240,6 +252,7 @@ impl Viewer {
             ToViewer::Resync(r) => self.runs.entry(r.run_id).or_default().resyncs += 1,
             ToViewer::HubError(e) => self.errors.push(e),
             ToViewer::Alert(a) => self.alerts.push(a),
+            ToViewer::CommandEvent(e) => self.command_events.push(e),
             ToViewer::Zoomed(z) => self.zoomed.push(z),
         }
     }

@@ -462,6 +462,7 @@ impl Connection {
             | Change::Status(_)
             | Change::Defined(_)
             | Change::Alert(_)
+            | Change::Command(_)
             | Change::Zoomed(_) => {}
         }
     }

@@ -466,6 +466,7 @@ impl View {
                 values: &o.series.values,
                 smoothed: o.smoothed.as_deref(),
                 markers: &o.markers,
+                notes: &[],
             })
             .collect();
         let title = opts

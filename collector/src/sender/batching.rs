@@ -50,6 +50,7 @@ impl Sender {
             }
             // Whatever is held goes with the next send, not after its linger.
             Some(Command::Flush) => self.flushing = self.holds_unsealed(),
+            Some(Command::Reply(reply)) => self.replies.push(reply),
             Some(Command::Finish(status, reply)) => {
                 self.flush_archive();
                 self.finish = Some((status, Some(reply)));

@@ -229,6 +229,13 @@ impl Sender {
                 sent = b.seq;
                 wrote = true;
             }
+            for reply in std::mem::take(&mut self.replies) {
+                if let Err(e) = sink.feed(binary(ToHub::CommandReply(reply.clone()))).await {
+                    self.replies.push(reply);
+                    return lost(why(&mut stream, e.to_string()).await, progressed);
+                }
+                wrote = true;
+            }
             if let Some((status, _)) = &self.finish {
                 let spooled = self.spool.as_ref().is_some_and(|s| !s.is_empty());
                 if !finish_sent && self.pending.is_empty() && self.building.is_empty() && !spooled {
@@ -293,6 +300,13 @@ impl Sender {
                             return lost(text, progressed);
                         }
                         self.note_error(text);
+                    }
+                    Ok(FromHub::Command(command)) => {
+                        tracing::info!(id = command.id, action = command.action.name(), by = %command.by, "stepstream: command from the hub");
+                        let reply = self.commands.arrive(command);
+                        if let Err(e) = sink.send(binary(ToHub::CommandReply(reply))).await {
+                            return lost(why(&mut stream, e.to_string()).await, progressed);
+                        }
                     }
                     Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), progressed),
                     Err(e) => return lost(e, progressed),

@@ -103,9 +103,14 @@ pub(crate) struct Sender {
     archive: Option<crate::archive::Archive>,
     /// For `wss://` hubs.
     tls: Arc<rustls::ClientConfig>,
+    /// Commands the hub delivered, for the training thread.
+    commands: Arc<crate::commands::Inbox>,
+    /// Answers to commands not yet written to a connection (sent before the finish).
+    replies: Vec<stepstream_protocol::CommandReply>,
 }
 
 impl Sender {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         url: String,
         options: Options,
@@ -114,6 +119,7 @@ impl Sender {
         archive: Option<crate::archive::Archive>,
         tls: Arc<rustls::ClientConfig>,
         queue: Arc<Queue>,
+        commands: Arc<crate::commands::Inbox>,
     ) -> Sender {
         Sender {
             url,
@@ -143,6 +149,8 @@ impl Sender {
             finish: None,
             archive,
             tls,
+            commands,
+            replies: Vec::new(),
         }
     }
 

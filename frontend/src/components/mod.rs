@@ -3,6 +3,7 @@
 //! the chart groups with their toolbar (`charts`), the console (`console`), the sample panels (`samples`, histograms drawn by `histograms`), the per-layer heatmaps (`heatmap`).
 
 pub mod charts;
+pub mod commands;
 pub mod console;
 pub mod header;
 pub mod heatmap;

@@ -3,6 +3,7 @@
 //! embeddable widget's snippet), and
 //! for several selected runs a config table with the keys that differ highlighted.
 
+use super::commands::Commands;
 use crate::config::flatten;
 use crate::fetch::api_url;
 use crate::i18n::{self, t, Text};
@@ -47,7 +48,23 @@ fn embed(run: &str, last_values: &[(String, f64)]) -> (String, String) {
 #[component]
 pub fn RunPanel(ctx: Ctx) -> impl IntoView {
     let lang = ctx.lang;
+    // The training's controls keep their state (a confirmation under way) while the panel
+    // above them redraws every second: they are made again only when the run, or whether it
+    // ended, changes.
+    let target = Memo::new(move |_| {
+        let selected = ctx.selected.get();
+        let [id] = selected.as_slice() else {
+            return None;
+        };
+        let r = ctx
+            .runs
+            .with(|runs| runs.iter().find(|r| &r.run_id == id).cloned())?;
+        Some((id.clone(), r.project, r.job, r.status.is_terminal()))
+    });
     view! {
+        {move || target.get().map(|(id, project, job, ended)| view! {
+            <Commands ctx=ctx run=id project=project job=job ended=ended/>
+        })}
         <Show when=move || ctx.selected.with(|s| s.len() == 1)>
             {move || {
                 let Some(id) = ctx.selected.get().first().cloned() else { return ().into_any() };

@@ -152,7 +152,7 @@ pub fn RunList(ctx: Ctx) -> impl IntoView {
                 on:input=move |ev| ctx.search.set(event_target_value(&ev))/>
             <select class="status-filter" on:change=move |ev| ctx.status_filter.set(event_target_value(&ev))>
                 <option value="">{move || t(lang.get(), Text::AllStatuses)}</option>
-                {[RunStatus::Running, RunStatus::Stale, RunStatus::Finished, RunStatus::Failed, RunStatus::Killed]
+                {[RunStatus::Running, RunStatus::Stale, RunStatus::Finished, RunStatus::Failed, RunStatus::Killed, RunStatus::Stopped]
                     .into_iter().map(|s| view! { <option value=s.as_str()>{move || i18n::status(lang.get(), s)}</option> }).collect_view()}
             </select>
             <label class="by-project"><input type="checkbox" prop:checked=move || ctx.by_project.get()
@@ -233,7 +233,7 @@ fn job_row(ctx: Ctx, job: String, ranks: Vec<RunSummary>, selected: &[RunId]) ->
         RunStatus::Failed | RunStatus::Killed => 3,
         RunStatus::Stale => 2,
         RunStatus::Running => 1,
-        RunStatus::Finished => 0,
+        RunStatus::Finished | RunStatus::Stopped => 0,
     });
     let status = worst.unwrap_or(first.status);
     let last = ranks.iter().filter_map(|r| r.last_step).max();

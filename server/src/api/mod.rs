@@ -1,9 +1,10 @@
 //! The JSON API for scripts and tests, and the CSV / config exports; a run's console and
-//! samples in `items`.
+//! samples in `items`; commands for a run's training in `commands`.
 //!
 //! Non-finite values, which JSON cannot hold as numbers, are written as the strings `"NaN"`,
 //! `"Infinity"` and `"-Infinity"`.
 
+pub mod commands;
 pub mod items;
 
 use crate::auth::Scope;
@@ -34,6 +35,12 @@ pub enum ApiError {
     UnknownMetric { run: String, metric: String },
     #[error("{0}")]
     BadRequest(String),
+    #[error("this token may not command runs of project {0:?}: a write token of the project may")]
+    MayNotWrite(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    TooMany(String),
     #[error("storage error")]
     Store(#[from] crate::store::StoreError),
 }
@@ -43,7 +50,9 @@ impl IntoResponse for ApiError {
         let status = match &self {
             ApiError::UnknownRun(_) | ApiError::UnknownMetric { .. } => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotCovered(_) => StatusCode::FORBIDDEN,
+            ApiError::NotCovered(_) | ApiError::MayNotWrite(_) => StatusCode::FORBIDDEN,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Store(e) => {
                 tracing::error!(error = %e, "API storage error");
                 StatusCode::INTERNAL_SERVER_ERROR

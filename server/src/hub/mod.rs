@@ -16,6 +16,7 @@
 
 mod announce;
 mod append;
+pub mod commands;
 mod judge;
 mod peer;
 mod run;
@@ -509,6 +510,7 @@ impl Hub {
         // Through the announcer, after any status change the clock made before.
         self.announce(run, None, announce::News::Status(change.clone()))
             .await;
+        self.expire_commands(run, status).await;
         if status == RunStatus::Failed {
             self.failed(run, change.message.unwrap_or_default()).await;
         }

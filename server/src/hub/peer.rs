@@ -323,6 +323,11 @@ impl Hub {
                     None => self.publish_update(&run),
                 }
             }
+            ToPeer::PeerCommand(c) if c.hub != self.hub_id() => {
+                if let Some(run) = self.run_or_refresh(&c.run_id).await {
+                    self.peer_command(&run, c.id).await;
+                }
+            }
             ToPeer::PeerAlert(PeerAlert { hub, alert }) if hub != self.hub_id() => {
                 let Some(run) = self.run_or_refresh(&alert.run_id).await else {
                     return;

@@ -22,6 +22,8 @@ pub enum LiveEvent {
     Metrics(Vec<MetricDef>),
     Status(stepstream_protocol::StatusChange),
     Alert(stepstream_protocol::Alert),
+    /// A command for the run's training was queued or moved on.
+    Command(stepstream_protocol::CommandEvent),
 }
 
 pub struct RunState {
@@ -132,6 +134,10 @@ pub struct Run {
     /// Told whenever the stored tail moves or published batches are taken back: what a new
     /// subscriber waits on before it reads history (see [`Run::subscribe`]).
     pub(super) settled: tokio::sync::watch::Sender<()>,
+    /// Told whenever a command for the run's training is queued (here or, in a cluster, on
+    /// another hub): the collector's connection reads the unfinished ones and delivers what
+    /// it has not.
+    pub commands: tokio::sync::watch::Sender<()>,
 }
 
 impl Run {
@@ -142,6 +148,7 @@ impl Run {
             ingest: tokio::sync::Mutex::new(()),
             state: Mutex::new(state),
             settled: tokio::sync::watch::Sender::new(()),
+            commands: tokio::sync::watch::Sender::new(()),
         }
     }
 

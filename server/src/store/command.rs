@@ -57,6 +57,27 @@ pub(super) enum Command {
         alert: stepstream_protocol::Alert,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// A command for the run's training, queued; answered with its id.
+    QueueOrder {
+        key: RunKey,
+        action: stepstream_protocol::Action,
+        by: String,
+        reason: String,
+        at: f64,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    /// A command moved on (never back: a state at or below the stored one changes nothing);
+    /// answered with whether it moved. `id: None` moves every command of the run that is
+    /// not final yet (a run that ended expires them).
+    MoveOrder {
+        key: RunKey,
+        id: Option<u64>,
+        state: stepstream_protocol::CommandState,
+        step: Option<i64>,
+        message: String,
+        at: f64,
+        reply: oneshot::Sender<Result<bool>>,
+    },
 }
 
 /// What applying one command yielded.
@@ -285,6 +306,15 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
             }));
         }
         Command::AppendBatch { reply, .. } => {
+            let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
+        }
+        Command::QueueOrder { reply, .. } => {
+            let _ = reply.send(outcome.map(|a| match a {
+                Applied::Key(id) => id as u64,
+                _ => unreachable!("a command's insert yields its id"),
+            }));
+        }
+        Command::MoveOrder { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
         }
         Command::DefineMetrics { reply, .. }

@@ -15,6 +15,7 @@
 //! * `postgres` — the PostgreSQL engine (the same, plus the judges' leases).
 //! * `blob` — the records' blob format, shared by both, independent of the wire format.
 //! * `items` — console lines and samples as stored, beside the records.
+//! * `commands` — commands for a run's training (stop, checkpoint, note) and their states.
 
 mod blob;
 mod command;
@@ -209,6 +210,8 @@ macro_rules! read {
         }
     };
 }
+
+mod commands;
 
 impl Store {
     /// Opens (or creates) the SQLite database and returns the runs it holds; each command

@@ -61,6 +61,8 @@ pub(super) trait Dialect: Send + Sync + 'static {
     ) -> Result<()>;
     /// Console lines the run sent in all, and how many the store keeps.
     fn console_counts(conn: &mut Self::Conn, key: RunKey) -> Result<(u64, u64)>;
+    /// The run's commands' rows, oldest first.
+    fn commands(conn: &mut Self::Conn, key: RunKey) -> Result<Vec<super::commands::Row>>;
 }
 
 /// Which of a run's batches a scan reads.
@@ -233,5 +235,14 @@ impl<D: Dialect> Reads<D> {
 
     pub(super) async fn console_counts(&self, key: RunKey) -> Result<(u64, u64)> {
         self.read(move |c| D::console_counts(c, key)).await
+    }
+
+    pub(super) async fn commands(
+        &self,
+        key: RunKey,
+        run_id: RunId,
+    ) -> Result<Vec<stepstream_protocol::CommandEvent>> {
+        let rows = self.read(move |c| D::commands(c, key)).await?;
+        Ok(rows.into_iter().filter_map(|r| r.event(&run_id)).collect())
     }
 }

@@ -376,6 +376,15 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             }
         }
     }
+    // Its commands so far, each as it stands (a change meanwhile may come twice: viewers
+    // key them by id and keep the furthest state).
+    if let Ok(commands) = hub.store.commands(run.key, run_id.clone()).await {
+        for c in commands {
+            if out.send(frame(ToViewer::CommandEvent(c))).await.is_err() {
+                return;
+            }
+        }
+    }
     // A resubscription continues after the batches the viewer holds, exactly (no budget:
     // what it misses is what arrived while it was away); a new one gets the whole history.
     let (after, budget) = match filter.after_seq {
@@ -437,6 +446,7 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             }
             Ok(LiveEvent::Status(change)) => out.send(frame(ToViewer::StatusChange(change))).await,
             Ok(LiveEvent::Alert(alert)) => out.send(frame(ToViewer::Alert(alert))).await,
+            Ok(LiveEvent::Command(event)) => out.send(frame(ToViewer::CommandEvent(event))).await,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(run = %run_id, missed, after_seq = last, "viewer lagged; resynchronising from storage");
                 let through = run.settled_through().await;

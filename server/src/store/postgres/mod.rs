@@ -10,6 +10,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
+use super::commands::Row as CommandRow;
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -145,6 +146,28 @@ impl Dialect for Postgres {
 
     fn load_runs(client: &mut Client, run_id: Option<&str>) -> Result<Vec<StoredRun>> {
         schema::load(client, run_id)
+    }
+
+    fn commands(client: &mut Client, key: RunKey) -> Result<Vec<CommandRow>> {
+        let rows = client.query(
+            "SELECT id, action, by_whom, reason, issued_at, state, step, message, state_at \
+             FROM commands WHERE run_key = $1 ORDER BY id",
+            &[&key],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| CommandRow {
+                id: r.get(0),
+                action: r.get(1),
+                by: r.get(2),
+                reason: r.get(3),
+                issued_at: r.get(4),
+                state: i64::from(r.get::<_, i16>(5)),
+                step: r.get(6),
+                message: r.get(7),
+                state_at: r.get(8),
+            })
+            .collect())
     }
 
     fn alerts(client: &mut Client, key: RunKey, run_id: &RunId) -> Result<Vec<Alert>> {

@@ -110,6 +110,23 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_lines BIGINT NOT NULL DEFAULT 
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS console_kept BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS sample_bytes BIGINT NOT NULL DEFAULT 0;
 ",
+    "
+-- Commands for a run's training (stop, checkpoint, note) and where each is: `state` orders
+-- them (0 queued, 1 delivered, 2 honoured, 3 declined, 4 expired) and only grows.
+CREATE TABLE IF NOT EXISTS commands (
+    id BIGSERIAL PRIMARY KEY,
+    run_key BIGINT NOT NULL,
+    action TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    issued_at DOUBLE PRECISION NOT NULL,
+    state SMALLINT NOT NULL DEFAULT 0,
+    step BIGINT,
+    message TEXT NOT NULL DEFAULT '',
+    state_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_key, id);
+",
 ];
 
 /// Any number: the advisory lock's key for migrations.

@@ -4,6 +4,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
+use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
 use stepstream_protocol::ItemKind;
@@ -228,6 +229,45 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 ],
             )?;
             Ok(Applied::Done)
+        }
+        Command::QueueOrder {
+            key,
+            action,
+            by,
+            reason,
+            at,
+            ..
+        } => {
+            let row = tx.query_one(
+                "INSERT INTO commands (run_key, action, by_whom, reason, issued_at, state_at) \
+                 VALUES ($1, $2, $3, $4, $5, $5) RETURNING id",
+                &[key, &action_text(action), by, reason, at],
+            )?;
+            Ok(Applied::Key(row.get(0)))
+        }
+        Command::MoveOrder {
+            key,
+            id,
+            state,
+            step,
+            message,
+            at,
+            ..
+        } => {
+            let moved = tx.execute(
+                "UPDATE commands SET state = $3, step = coalesce($4, step), message = $5, \
+                 state_at = $6 WHERE run_key = $1 AND ($2::BIGINT IS NULL OR id = $2) \
+                 AND state < $3 AND state < 2",
+                &[
+                    key,
+                    &id.map(|i| i as i64),
+                    &(*state as i16),
+                    step,
+                    message,
+                    at,
+                ],
+            )?;
+            Ok(Applied::Inserted(moved > 0))
         }
         Command::Touch { key, at } => {
             tx.execute(

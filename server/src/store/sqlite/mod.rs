@@ -11,6 +11,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
+use super::commands::Row as CommandRow;
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -109,6 +110,27 @@ impl Dialect for Sqlite {
             None => load_runs(conn),
             Some(id) => Ok(schema::load_run(conn, id)?.into_iter().collect()),
         }
+    }
+
+    fn commands(conn: &mut Connection, key: RunKey) -> Result<Vec<CommandRow>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, action, by_whom, reason, issued_at, state, step, message, state_at \
+             FROM commands WHERE run_key = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([key], |r| {
+            Ok(CommandRow {
+                id: r.get(0)?,
+                action: r.get(1)?,
+                by: r.get(2)?,
+                reason: r.get(3)?,
+                issued_at: r.get(4)?,
+                state: r.get(5)?,
+                step: r.get(6)?,
+                message: r.get(7)?,
+                state_at: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     fn alerts(conn: &mut Connection, key: RunKey, run_id: &RunId) -> Result<Vec<Alert>> {

@@ -79,6 +79,21 @@ CREATE TABLE IF NOT EXISTS items (
     body TEXT NOT NULL,
     PRIMARY KEY (run_key, seq, idx)
 );
+-- Commands for a run's training (stop, checkpoint, note) and where each is: `state` orders
+-- them (0 queued, 1 delivered, 2 honoured, 3 declined, 4 expired) and only grows.
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_key INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    issued_at REAL NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    step INTEGER,
+    message TEXT NOT NULL DEFAULT '',
+    state_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_key, id);
 ";
 
 /// Indexes created after [`migrate`] brought the tables they cover to this version.
@@ -96,14 +111,15 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
 /// into the new layout with the step range of each read back from its blob, so range reads
 /// are exact on old runs too. Version 2 found range reads through one widest span per run;
 /// version 3 through each batch's span class. Version 4 added console lines and samples
-/// (the `items` table, created by [`SCHEMA`], and the runs' console counts). One transaction: an interrupted migration
+/// (the `items` table, created by [`SCHEMA`], and the runs' console counts); version 5 the
+/// `commands` table (created by [`SCHEMA`]). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

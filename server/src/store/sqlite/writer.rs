@@ -2,6 +2,7 @@
 
 use super::super::blob::{encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
+use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::{held_by_another, other_project, Result, RunKey, WRITER_SILENCE_S};
 use rusqlite::{params, Connection};
@@ -181,6 +182,46 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 alert.at
             ])?;
             Ok(Applied::Done)
+        }
+        Command::QueueOrder {
+            key,
+            action,
+            by,
+            reason,
+            at,
+            ..
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO commands (run_key, action, by_whom, reason, issued_at, state_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+            )?
+            .execute(params![key, action_text(action), by, reason, at])?;
+            Ok(Applied::Key(tx.last_insert_rowid()))
+        }
+        Command::MoveOrder {
+            key,
+            id,
+            state,
+            step,
+            message,
+            at,
+            ..
+        } => {
+            let moved = tx
+                .prepare_cached(
+                    "UPDATE commands SET state = ?3, step = coalesce(?4, step), \
+                     message = ?5, state_at = ?6 \
+                     WHERE run_key = ?1 AND (?2 IS NULL OR id = ?2) AND state < ?3 AND state < 2",
+                )?
+                .execute(params![
+                    key,
+                    id.map(|i| i as i64),
+                    *state as i64,
+                    step,
+                    message,
+                    at
+                ])?;
+            Ok(Applied::Inserted(moved > 0))
         }
         Command::ReleaseWriter { key, writer } => {
             tx.prepare_cached("UPDATE runs SET writer = 0 WHERE key = ?1 AND writer = ?2")?

@@ -1,0 +1,240 @@
+//! `stepstream stop`, `checkpoint` and `note`: a command for a running training, through the
+//! hub's API (`POST /api/runs/{id}/commands`), optionally waiting until the training
+//! answered (and, for a stop, ended), told by the hub over the viewer socket, not polled.
+
+use anyhow::{bail, Context, Result};
+use futures_util::{SinkExt, StreamExt};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use stepstream_protocol::{CommandState, FromViewer, RunId, Subscribe, ToViewer};
+use tokio_tungstenite::tungstenite::Message;
+
+#[derive(clap::Args)]
+pub struct Target {
+    /// The run's id.
+    run: String,
+    /// The hub (`ws://host:7070` or `http://host:7070`).
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    hub: String,
+    /// A write token of the run's project (a read token may not command). Prefer
+    /// `--token-file`: a command line is visible to every user of the machine.
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// Why, for the run's timeline and its notice.
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Who asks (default: $USER@host).
+    #[arg(long)]
+    by: Option<String>,
+    /// Every rank of the run's job.
+    #[arg(long)]
+    job: bool,
+    /// Wait up to this many seconds for the training's answer (and, for a stop, its end);
+    /// exit non-zero if it declined or did not answer in time. 0: do not wait.
+    #[arg(long, default_value_t = 0.0)]
+    wait: f64,
+}
+
+#[derive(clap::Args)]
+pub struct StopArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Stop without saving a checkpoint first.
+    #[arg(long)]
+    no_checkpoint: bool,
+}
+
+#[derive(clap::Args)]
+pub struct NoteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The note's text (a marker on the run's charts).
+    #[arg(long)]
+    text: String,
+}
+
+pub fn stop(args: StopArgs) -> Result<()> {
+    let body = serde_json::json!({"action": "stop", "checkpoint": !args.no_checkpoint});
+    send(&args.target, body, true)
+}
+
+pub fn checkpoint(target: Target) -> Result<()> {
+    send(&target, serde_json::json!({"action": "checkpoint"}), false)
+}
+
+pub fn note(args: NoteArgs) -> Result<()> {
+    send(
+        &args.target,
+        serde_json::json!({"action": "note", "text": args.text}),
+        false,
+    )
+}
+
+fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
+    let token = crate::token(t.token.clone(), t.token_file.as_deref())?;
+    let run = RunId::new(t.run.clone()).map_err(anyhow::Error::msg)?;
+    let by = t.by.clone().unwrap_or_else(|| {
+        let user = std::env::var("USER").unwrap_or_else(|_| "someone".into());
+        format!("{user}@{}", stepstream_collector::hostname())
+    });
+    body["reason"] = t.reason.clone().into();
+    body["by"] = by.into();
+    body["job"] = t.job.into();
+    // The hub as the other commands name it (`ws://...`) or as a browser does (`http://...`).
+    let hub = t
+        .hub
+        .trim_end_matches('/')
+        .replacen("ws://", "http://", 1)
+        .replacen("wss://", "https://", 1);
+    let base = hub.as_str();
+    let url = format!("{base}/api/runs/{run}/commands");
+    let mut req = ureq::post(&url);
+    if let Some(token) = &token {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    let started = Instant::now();
+    req = req.set("Content-Type", "application/json");
+    let answer: serde_json::Value = match req.send_string(&body.to_string()) {
+        Ok(r) => serde_json::from_str(&r.into_string().context("reading the hub's answer")?)
+            .context("the hub's answer is not JSON")?,
+        Err(ureq::Error::Status(code, r)) => {
+            let text = r.into_string().unwrap_or_default();
+            let why = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or(text);
+            bail!("the hub refused the command ({code}): {why}");
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+    };
+    let queued: Vec<(String, u64)> = answer["commands"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| Some((c["run_id"].as_str()?.to_string(), c["id"].as_u64()?)))
+        .collect();
+    for (run, id) in &queued {
+        println!("command {id} queued for run {run}");
+    }
+    if t.wait <= 0.0 {
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let waited = Duration::from_secs_f64(t.wait);
+    let outcome = rt.block_on(async {
+        tokio::time::timeout(waited, wait_for(base, token.as_deref(), &queued, stop)).await
+    });
+    match outcome {
+        Err(_) => bail!("the training did not answer within {} s", t.wait),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(())) => {
+            println!("answered after {:.3} s", started.elapsed().as_secs_f64());
+            Ok(())
+        }
+    }
+}
+
+/// Waits on the viewer socket until every queued command is final (and, for a stop, its run
+/// ended); an error for a command declined or expired.
+async fn wait_for(
+    base: &str,
+    token: Option<&str>,
+    queued: &[(String, u64)],
+    stop: bool,
+) -> Result<()> {
+    let ws = base
+        .replacen("http://", "ws://", 1)
+        .replacen("https://", "wss://", 1);
+    let mut url = format!("{ws}/ws/viewer");
+    if let Some(t) = token {
+        url.push_str("?token=");
+        url.extend(form_urlencoded_byte(t));
+    }
+    let (mut socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .with_context(|| format!("cannot open the viewer socket at {ws}"))?;
+    let runs: Vec<RunId> = queued
+        .iter()
+        .filter_map(|(r, _)| RunId::new(r.clone()).ok())
+        .collect();
+    let subscribe = FromViewer::Subscribe(Subscribe {
+        runs: runs.clone(),
+        metrics: Some(Vec::new()),
+        from_step: None,
+        budget: Some(1),
+        after_seq: None,
+        items: false,
+    });
+    socket
+        .send(Message::Binary(subscribe.encode().into()))
+        .await?;
+    let mut open: std::collections::HashSet<u64> = queued.iter().map(|(_, id)| *id).collect();
+    let mut running: std::collections::HashSet<RunId> = runs.into_iter().collect();
+    let mut failure = None;
+    while let Some(msg) = socket.next().await {
+        let Message::Binary(bytes) = msg? else {
+            continue;
+        };
+        match ToViewer::decode(&bytes) {
+            Ok(ToViewer::CommandEvent(e)) if open.contains(&e.command.id) => match e.state {
+                CommandState::Honoured => {
+                    println!(
+                        "run {}: {} honoured at step {}{}",
+                        e.run_id,
+                        e.command.action.name(),
+                        e.step.map_or("?".into(), |s| s.to_string()),
+                        if e.message.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", e.message)
+                        }
+                    );
+                    open.remove(&e.command.id);
+                }
+                CommandState::Declined | CommandState::Expired => {
+                    println!(
+                        "run {}: {} {}: {}",
+                        e.run_id,
+                        e.command.action.name(),
+                        e.state.as_str(),
+                        e.message
+                    );
+                    failure = Some(format!("command {} was {}", e.command.id, e.state.as_str()));
+                    open.remove(&e.command.id);
+                }
+                _ => {}
+            },
+            Ok(ToViewer::StatusChange(s))
+                if s.status.is_terminal() && running.remove(&s.run_id) =>
+            {
+                println!("run {} ended: {}", s.run_id, s.status.as_str());
+            }
+            _ => {}
+        }
+        if open.is_empty() && (!stop || running.is_empty() || failure.is_some()) {
+            break;
+        }
+    }
+    match failure {
+        Some(f) => bail!(f),
+        None if !open.is_empty() => bail!("the hub closed the connection before the answer"),
+        None => Ok(()),
+    }
+}
+
+/// A token as a URL's query carries it (base64's `+`, `/` and `=` escaped).
+fn form_urlencoded_byte(t: &str) -> impl Iterator<Item = char> + '_ {
+    t.chars().flat_map(|c| {
+        let keep = c.is_ascii_alphanumeric() || "-_.~".contains(c);
+        let s = if keep {
+            c.to_string()
+        } else {
+            format!("%{:02X}", c as u32)
+        };
+        s.chars().collect::<Vec<_>>()
+    })
+}
