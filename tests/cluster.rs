@@ -1016,3 +1016,55 @@ fn refused_to_start(args: &[&str]) -> String {
     assert!(!refused.status.success(), "{args:?}: {said}");
     said
 }
+
+/// A command sent through hub B reaches the collector connected to hub A (NATS tells A; A
+/// reads it from the shared store), the answer goes back through A, and a viewer on B sees
+/// the command honoured and the run stopped.
+#[test]
+fn a_command_sent_through_one_hub_reaches_a_collector_on_another() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let (store, bus) = (pg.url(), nats.url());
+    let args = ["--store", &store, "--nats", &bus];
+    let a = Hub::start(&args);
+    let b = Hub::start(&args);
+    let run = Collector::start(Options::new(&a.ws(), "fleet", "commanded")).unwrap();
+    assert!(run.wait_welcome(Duration::from_secs(30)).is_some());
+    run.log(0, &[("loss", 1.0)]);
+    run.flush();
+    let run_id = run.run_id().clone();
+    let mut viewer = watch(&b, &run_id);
+    wait_for("the run on hub B", Duration::from_secs(30), || b.run_json(run_id.as_str()));
+    let (status, body) = crate::commands::command(
+        &b.addr(),
+        run_id.as_str(),
+        r#"{"action":"stop","by":"ops","reason":"through B"}"#,
+        None,
+    );
+    assert_eq!(status, 201, "{body}");
+    let id = body["commands"][0]["id"].as_u64().unwrap();
+    let mut taken = Vec::new();
+    let mut step = 1;
+    wait_for("the stop at the collector on hub A", Duration::from_secs(20), || {
+        run.log(step, &[("loss", 1.0)]);
+        step += 1;
+        taken.extend(run.take_commands());
+        std::thread::sleep(Duration::from_millis(20));
+        (!taken.is_empty()).then_some(())
+    });
+    assert_eq!(taken.len(), 1);
+    assert_eq!((taken[0].id, taken[0].by.as_str()), (id, "ops"));
+    run.command_done(id, true, "stopped");
+    assert!(run.finish(Outcome::Stopped("stopped by ops: through B".into())).delivered);
+    assert!(
+        viewer.pump(Duration::from_secs(20), |v| {
+            v.commands(&run_id, id).contains(&CommandState::Honoured)
+                && v.runs.get(&run_id).is_some_and(|s| s.status == Some(RunStatus::Stopped))
+        }),
+        "hub B's viewer: {:?}",
+        viewer.commands(&run_id, id)
+    );
+    let listed = b.json(&format!("/api/runs/{run_id}/commands"));
+    assert_eq!(listed["commands"][0]["state"], "honoured", "{listed}");
+    assert_eq!(viewer.commands(&run_id, id).first(), Some(&CommandState::Queued));
+}
