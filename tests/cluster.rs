@@ -1034,7 +1034,9 @@ fn a_command_sent_through_one_hub_reaches_a_collector_on_another() {
     run.flush();
     let run_id = run.run_id().clone();
     let mut viewer = watch(&b, &run_id);
-    wait_for("the run on hub B", Duration::from_secs(30), || b.run_json(run_id.as_str()));
+    wait_for("the run on hub B", Duration::from_secs(30), || {
+        b.run_json(run_id.as_str())
+    });
     let (status, body) = crate::commands::command(
         &b.addr(),
         run_id.as_str(),
@@ -1045,26 +1047,38 @@ fn a_command_sent_through_one_hub_reaches_a_collector_on_another() {
     let id = body["commands"][0]["id"].as_u64().unwrap();
     let mut taken = Vec::new();
     let mut step = 1;
-    wait_for("the stop at the collector on hub A", Duration::from_secs(20), || {
-        run.log(step, &[("loss", 1.0)]);
-        step += 1;
-        taken.extend(run.take_commands());
-        std::thread::sleep(Duration::from_millis(20));
-        (!taken.is_empty()).then_some(())
-    });
+    wait_for(
+        "the stop at the collector on hub A",
+        Duration::from_secs(20),
+        || {
+            run.log(step, &[("loss", 1.0)]);
+            step += 1;
+            taken.extend(run.take_commands());
+            std::thread::sleep(Duration::from_millis(20));
+            (!taken.is_empty()).then_some(())
+        },
+    );
     assert_eq!(taken.len(), 1);
     assert_eq!((taken[0].id, taken[0].by.as_str()), (id, "ops"));
     run.command_done(id, true, "stopped");
-    assert!(run.finish(Outcome::Stopped("stopped by ops: through B".into())).delivered);
+    assert!(
+        run.finish(Outcome::Stopped("stopped by ops: through B".into()))
+            .delivered
+    );
     assert!(
         viewer.pump(Duration::from_secs(20), |v| {
             v.commands(&run_id, id).contains(&CommandState::Honoured)
-                && v.runs.get(&run_id).is_some_and(|s| s.status == Some(RunStatus::Stopped))
+                && v.runs
+                    .get(&run_id)
+                    .is_some_and(|s| s.status == Some(RunStatus::Stopped))
         }),
         "hub B's viewer: {:?}",
         viewer.commands(&run_id, id)
     );
     let listed = b.json(&format!("/api/runs/{run_id}/commands"));
     assert_eq!(listed["commands"][0]["state"], "honoured", "{listed}");
-    assert_eq!(viewer.commands(&run_id, id).first(), Some(&CommandState::Queued));
+    assert_eq!(
+        viewer.commands(&run_id, id).first(),
+        Some(&CommandState::Queued)
+    );
 }

@@ -622,6 +622,20 @@ impl Collector {
         }
     }
 
+    /// Raises an alert of the training's own (`level`: info, warning, error): the hub stores
+    /// it with the run's alerts (rule `user:TITLE`) and tells its channels; a title raised
+    /// again within a minute is told once. Queued like a record; never blocks.
+    pub fn alert(&self, title: &str, text: &str, level: stepstream_protocol::AlertLevel) -> bool {
+        let alert = stepstream_protocol::UserAlert {
+            title: title.to_string(),
+            text: text.to_string(),
+            level,
+            step: self.last_step.load(Ordering::Relaxed).max(0),
+            wall_time: unix_now(),
+        };
+        self.queue.push(Command::Alert(alert)).is_ok()
+    }
+
     /// Sends everything, marks the run ended, and waits (up to the finish timeout) for the
     /// hub to acknowledge it all.
     pub fn finish(self, outcome: Outcome) -> Report {

@@ -32,6 +32,8 @@ pub(crate) enum Command {
     Flush,
     /// An answer to a command the hub delivered, for the hub.
     Reply(stepstream_protocol::CommandReply),
+    /// An alert the training raised, for the hub.
+    Alert(stepstream_protocol::UserAlert),
     Finish(FinishStatus, oneshot::Sender<bool>),
 }
 

@@ -124,3 +124,42 @@ pub struct PeerCommand {
     pub run_id: RunId,
     pub id: u64,
 }
+
+/// How loud an alert raised by the training's own code is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AlertLevel {
+    Info,
+    Warning,
+    Error,
+}
+
+impl AlertLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertLevel::Info => "info",
+            AlertLevel::Warning => "warning",
+            AlertLevel::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AlertLevel> {
+        Some(match s {
+            "info" => AlertLevel::Info,
+            "warning" => AlertLevel::Warning,
+            "error" => AlertLevel::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// An alert the training's code raises itself (`run.alert(title, text, level)`): the hub
+/// stores it with the run's alerts (rule `user:TITLE`) and tells the same channels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserAlert {
+    pub title: String,
+    pub text: String,
+    pub level: AlertLevel,
+    /// The training's step when it was raised.
+    pub step: i64,
+    pub wall_time: f64,
+}

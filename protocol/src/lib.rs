@@ -39,7 +39,9 @@ pub mod decimate;
 pub mod items;
 pub mod limits;
 
-pub use commands::{Action, Command, CommandEvent, CommandReply, CommandState, PeerCommand};
+pub use commands::{
+    Action, AlertLevel, Command, CommandEvent, CommandReply, CommandState, PeerCommand, UserAlert,
+};
 pub use items::{Cell, Histogram, Image, ImageFormat, Item, ItemBody, ItemKind, Stream};
 pub use limits::Limits;
 
@@ -557,6 +559,7 @@ direction! {
         Heartbeat = 0x04,
         Finish = 0x05,
         CommandReply = 0x06,
+        UserAlert = 0x07,
     }
 }
 

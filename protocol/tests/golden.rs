@@ -222,6 +222,17 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(),
         ),
         (
+            "ToHub_UserAlert",
+            ToHub::UserAlert(UserAlert {
+                title: "eval regressed".into(),
+                text: "bleu 31.2 -> 27.9".into(),
+                level: AlertLevel::Warning,
+                step: 4000,
+                wall_time: 1_764_700_004.0,
+            })
+            .encode(),
+        ),
+        (
             "ToHub_Finish_Stopped",
             ToHub::Finish(Finish {
                 status: FinishStatus::Stopped {

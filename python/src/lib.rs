@@ -698,6 +698,24 @@ impl Run {
             .collect()
     }
 
+    /// Raises an alert of the training's own, told on the hub's channels (`level`: info,
+    /// warning or error). Returns whether it was queued.
+    #[pyo3(signature = (title, text = String::new(), level = "warning"))]
+    fn alert(&self, title: &str, text: String, level: &str) -> PyResult<bool> {
+        let level = stepstream_protocol::AlertLevel::parse(level).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "level must be info, warning or error, not {level:?}"
+            ))
+        })?;
+        if title.trim().is_empty() {
+            return Err(PyValueError::new_err("an alert needs a title"));
+        }
+        Ok(self
+            .collector
+            .as_ref()
+            .is_some_and(|c| c.alert(title, &text, level)))
+    }
+
     /// Tells the hub what became of command `id` (the first answer stands).
     #[pyo3(signature = (id, honoured = true, message = String::new()))]
     fn command_done(&self, id: u64, honoured: bool, message: String) {

@@ -138,6 +138,15 @@ class Run:
         ``on_command`` handlers, and returns them."""
         return self._commands.poll()
 
+    def alert(self, title: str, text: str = "", level: str = "warning") -> bool:
+        """Raises an alert from the training's own code (an evaluation that regressed, data
+        that looks wrong): stored with the run's alerts as ``user:TITLE`` and told on the hub's
+        channels, like the hub's own rules. ``level``: info, warning or error. The same title
+        is told at most once a minute. Never blocks."""
+        if self._native is None:
+            return False
+        return self._native.alert(title, text, level)
+
     def on_command(self, handler) -> None:
         """Calls ``handler(command)`` for each command, on the training thread at the next
         ``log`` (or ``should_stop`` / ``poll_commands``). For a checkpoint (or a stop that wants

@@ -308,3 +308,134 @@ url = "{base}/ding?access_token=T"
     assert "about to fail \\*\\*now\\*\\* &lt;@all&gt;" in ding, ding
     assert "<@all>" not in ding
     assert hub.run("crash-1")["status"] == "failed"
+
+
+def test_a_rule_stops_a_diverging_mindspore_run_within_its_grace_period(make_hub, tmp_path):
+    """`[actions.divergence]`: notify now, stop (a checkpoint first) after 2 s unless someone
+    acknowledges; the stop's notice says what it saved."""
+    import json as _json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    http = Receiver()
+    config = tmp_path / "alerts.toml"
+    config.write_text(f"""
+public_url = "http://hub.example:7070"
+[[channels]]
+kind = "webhook"
+url = "http://127.0.0.1:{http.port}/hook"
+[rules.divergence]
+warmup_steps = 20
+smoothing = 5
+lookback = 10
+consecutive = 5
+[actions.divergence]
+act = "stop"
+grace_s = 2
+[endings]
+statuses = ["stopped"]
+""")
+    hub = make_hub("--alerts", str(config))
+    script = Path(__file__).parent / "frameworks" / "diverging_ms.py"
+    proc = subprocess.run([sys.executable, str(script), hub.url, str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = _json.loads(proc.stdout.strip().splitlines()[-1])
+    run_id = r["run_id"]
+    info = hub.run(run_id)
+    assert info["status"] == "stopped", info
+    assert info["status_message"].startswith("stopped by rule:divergence"), info
+    # It was stopped long before its 20,000 steps, a checkpoint saved first.
+    assert r["steps"] < 2000 and r["checkpoints"], r
+    alerts = hub.api(f"/api/runs/{run_id}/alerts")["alerts"]
+    fired = next(a for a in alerts if a["rule"] == "divergence" and a["state"] == "fired")
+    assert "will save a checkpoint and stop this run in 2 s" in fired["message"], fired
+    (cmd,) = hub.api(f"/api/runs/{run_id}/commands")["commands"]
+    assert (cmd["action"], cmd["by"], cmd["state"]) == ("stop", "rule:divergence", "honoured"), cmd
+    # The grace period, then the next step: from the alert to the stop within it and a little.
+    took = r["ended_at"] - fired["at"]
+    print(f"alert to stop: {took:.2f} s (grace 2 s)")
+    assert 2.0 <= took < 10.0, took
+    hub.wait("the stop's notice", lambda: any(b["rule"] == "run_stopped" for _, _, b, _ in http.at("/hook")))
+    bodies = [b for _, _, b, _ in http.at("/hook")]
+    assert any(b["rule"] == "divergence" and b["state"] == "fired" for b in bodies), bodies
+    stopped = next(b for b in bodies if b["rule"] == "run_stopped")
+    assert stopped["state"] == "ended" and "saved about" in stopped["message"], stopped
+    assert "accelerator-hours" in stopped["message"] and "of 20000 steps left" in stopped["message"], stopped
+
+
+def test_acknowledging_calls_off_a_rule_action_a_mute_silences_and_a_training_raises_its_own(make_hub, tmp_path):
+    import subprocess
+    import sys
+    import urllib.request
+
+    http = Receiver()
+    config = tmp_path / "alerts.toml"
+    config.write_text(f"""
+[[channels]]
+kind = "webhook"
+url = "http://127.0.0.1:{http.port}/hook"
+[rules]
+cooldown_s = 0
+[actions.non_finite]
+act = "stop"
+grace_s = 3
+[endings]
+statuses = ["finished", "stopped"]
+channels = ["webhook"]
+""")
+    hub = make_hub("--alerts", str(config))
+    script = tmp_path / "nan.py"
+    flag = tmp_path / "go"
+    script.write_text(
+        "import os, sys, time, stepstream\n"
+        "run = stepstream.init(hub=sys.argv[1], project='rules', name='nan', run_id='nan-1',\n"
+        "                      archive_dir=None, system_metrics=False, console=False)\n"
+        "step = 0\n"
+        "def log(v):\n"
+        "    global step\n"
+        "    run.log({'loss': v}, step=step); run.flush(); step += 1; time.sleep(0.05)\n"
+        "for _ in range(5): log(1.0)\n"
+        "log(float('nan'))\n"
+        "while not os.path.exists(sys.argv[2] + '.1'):\n"
+        "    log(1.0)\n"
+        "    if run.should_stop: sys.exit(3)\n"
+        "log(float('nan'))\n"
+        "run.alert('eval regressed', 'bleu 31.2 -> 27.9', level='error')\n"
+        "run.alert('eval regressed', 'again, within the minute')\n"
+        "while not os.path.exists(sys.argv[2] + '.2'):\n"
+        "    log(1.0)\n"
+        "run.finish()\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script), hub.url, str(flag)])
+    try:
+        hub.wait("the first NaN's notice", lambda: [b for _, _, b, _ in http.at("/hook") if b["rule"] == "non_finite"])
+        ack = urllib.request.Request(
+            f"http://127.0.0.1:{hub.port}/api/runs/nan-1/alerts/non_finite/ack",
+            data=b'{"by": "oncall", "mute_hours": 1}', headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(ack, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["by"] == "oncall" and body["mute_until"] > time.time() + 3500, body
+        time.sleep(4)  # past the grace period: acknowledged, so no stop
+        assert proc.poll() is None, "the training was stopped though the alert was acknowledged"
+        assert hub.api("/api/runs/nan-1/commands")["commands"] == []
+        (tmp_path / "go.1").touch()
+        # A second NaN fires again (stored, shown), but the mute keeps it off the channels.
+        hub.wait("the second NaN", lambda: sum(a["rule"] == "non_finite" and a["state"] == "fired"
+                                               for a in hub.api("/api/runs/nan-1/alerts")["alerts"]) == 2)
+        hub.wait("the training's own alert", lambda: [b for _, _, b, _ in http.at("/hook") if b["rule"] == "user:eval regressed"])
+        (tmp_path / "go.2").touch()
+        assert proc.wait(timeout=60) == 0
+        hub.wait("the finished notice", lambda: [b for _, _, b, _ in http.at("/hook") if b["rule"] == "run_finished"])
+        time.sleep(1)
+        bodies = [b for _, _, b, _ in http.at("/hook")]
+        assert sum(b["rule"] == "non_finite" and b["state"] == "fired" for b in bodies) == 1, bodies
+        user = [b for b in bodies if b["rule"] == "user:eval regressed"]
+        assert len(user) == 1 and user[0]["message"] == "[error] eval regressed: bleu 31.2 -> 27.9", user
+        acks = hub.api("/api/runs/nan-1/alerts")["acks"]
+        assert [(a["rule"], a["by"]) for a in acks] == [("non_finite", "oncall")]
+        # The run finished before the second alert's grace period was out: nothing to stop.
+        assert hub.run("nan-1")["status"] == "finished"
+    finally:
+        proc.kill()

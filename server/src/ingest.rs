@@ -559,6 +559,7 @@ async fn converse(
                     .map_err(refusal)?;
             }
             ToHub::Heartbeat(_) => hub.heartbeat(run),
+            ToHub::UserAlert(alert) => hub.user_alert_from(run, alert),
             ToHub::CommandReply(reply) => {
                 hub.command_reply(run, reply)
                     .await

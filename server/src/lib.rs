@@ -75,6 +75,10 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
             "/api/runs/{id}/commands",
             get(api::commands::list).post(api::commands::post),
         )
+        .route(
+            "/api/runs/{id}/alerts/{rule}/ack",
+            axum::routing::post(api::commands::acknowledge),
+        )
         .route("/api/runs/{id}/console", get(api::items::console))
         .route("/api/runs/{id}/samples", get(api::items::samples))
         .route("/api/runs/{id}/image", get(api::items::image))

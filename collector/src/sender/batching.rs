@@ -50,7 +50,8 @@ impl Sender {
             }
             // Whatever is held goes with the next send, not after its linger.
             Some(Command::Flush) => self.flushing = self.holds_unsealed(),
-            Some(Command::Reply(reply)) => self.replies.push(reply),
+            Some(Command::Reply(reply)) => self.outbox.push(ToHub::CommandReply(reply)),
+            Some(Command::Alert(alert)) => self.outbox.push(ToHub::UserAlert(alert)),
             Some(Command::Finish(status, reply)) => {
                 self.flush_archive();
                 self.finish = Some((status, Some(reply)));

@@ -229,9 +229,12 @@ impl Sender {
                 sent = b.seq;
                 wrote = true;
             }
-            for reply in std::mem::take(&mut self.replies) {
-                if let Err(e) = sink.feed(binary(ToHub::CommandReply(reply.clone()))).await {
-                    self.replies.push(reply);
+            let mut outbox = std::mem::take(&mut self.outbox).into_iter();
+            while let Some(msg) = outbox.next() {
+                if let Err(e) = sink.feed(binary(msg.clone())).await {
+                    // Kept for the next connection: this one may not have taken it.
+                    self.outbox.push(msg);
+                    self.outbox.extend(outbox);
                     return lost(why(&mut stream, e.to_string()).await, progressed);
                 }
                 wrote = true;

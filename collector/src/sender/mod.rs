@@ -105,8 +105,9 @@ pub(crate) struct Sender {
     tls: Arc<rustls::ClientConfig>,
     /// Commands the hub delivered, for the training thread.
     commands: Arc<crate::commands::Inbox>,
-    /// Answers to commands not yet written to a connection (sent before the finish).
-    replies: Vec<stepstream_protocol::CommandReply>,
+    /// Answers to commands and the training's alerts, not yet written to a connection (sent
+    /// before the finish).
+    outbox: Vec<ToHub>,
 }
 
 impl Sender {
@@ -150,7 +151,7 @@ impl Sender {
             archive,
             tls,
             commands,
-            replies: Vec::new(),
+            outbox: Vec::new(),
         }
     }
 

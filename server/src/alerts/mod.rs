@@ -11,7 +11,10 @@
 //! * `config` — the `[rules]` table that gathers every rule's thresholds.
 //! * `sample` — what the rules read of one record, found once per record by metric id.
 //! * `window` — the rolling windows the rules compare against.
+//! * `actions` — what an alert does besides notify (stop, checkpoint, after a grace
+//!   period), and which endings of a run are notified.
 
+pub mod actions;
 mod config;
 pub mod rules;
 mod sample;

@@ -144,3 +144,67 @@ pub async fn post(
     }
     Ok((StatusCode::CREATED, Json(json!({ "commands": queued }))))
 }
+
+/// An acknowledgement as asked for.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Acknowledging {
+    #[serde(default)]
+    by: String,
+    /// Mute the rule's notices for this run this many hours (0 to a week).
+    #[serde(default)]
+    mute_hours: f64,
+}
+
+/// `POST /api/runs/{id}/alerts/{rule}/ack`: acknowledges the rule's alert on the run (a
+/// pending rule action is called off) and may mute its notices for some hours; a write
+/// token of the run's project.
+pub async fn acknowledge(
+    State(app): State<AppState>,
+    Extension(scope): Extension<Scope>,
+    Extension(Presented(token)): Extension<Presented>,
+    Path((id, rule)): Path<(String, String)>,
+    Json(asked): Json<Acknowledging>,
+) -> Result<Json<Value>, ApiError> {
+    let run = find(&app, &id, &scope).await?;
+    let (project, run_id) =
+        run.state(|st| (st.identity.project.clone(), st.identity.run_id.clone()));
+    if !app.auth.current().may_write(token.as_deref(), &project) {
+        return Err(ApiError::MayNotWrite(project));
+    }
+    if !(0.0..=168.0).contains(&asked.mute_hours) {
+        return Err(ApiError::BadRequest(format!(
+            "mute_hours must be 0 to 168 (a week), not {}",
+            asked.mute_hours
+        )));
+    }
+    let alerts = app.hub.store.alerts(run.key, run_id).await?;
+    if !alerts.iter().any(|a| a.rule == rule && a.fired) {
+        return Err(ApiError::BadRequest(format!(
+            "run {id} has no alert {rule:?} to acknowledge"
+        )));
+    }
+    let by = match asked.by.trim() {
+        "" => "api".to_string(),
+        b if b.len() > crate::hub::commands::COMMAND_TEXT_BYTES || b.contains('\0') => {
+            return Err(ApiError::BadRequest(
+                "the name is too long or holds a NUL".into(),
+            ))
+        }
+        b => b.to_string(),
+    };
+    let now = stepstream_protocol::unix_now();
+    let mute_until = (asked.mute_hours > 0.0).then_some(now + asked.mute_hours * 3600.0);
+    app.hub
+        .store
+        .acknowledge(run.key, rule.clone(), by.clone(), mute_until, now)
+        .await?;
+    tracing::info!(run = id, rule, by, ?mute_until, "alert acknowledged");
+    Ok(Json(json!({
+        "run_id": id,
+        "rule": rule,
+        "by": by,
+        "at": now,
+        "mute_until": mute_until,
+    })))
+}

@@ -465,6 +465,14 @@ pub async fn alerts(
     let run = find(&app, &id, &scope).await?;
     let run_id = run.state(|st| st.identity.run_id.clone());
     let alerts = app.hub.store.alerts(run.key, run_id).await?;
+    let acks: Vec<Value> = app
+        .hub
+        .store
+        .acks(run.key)
+        .await?
+        .iter()
+        .map(|a| json!({"rule": a.rule, "by": a.by, "at": a.at, "mute_until": a.mute_until}))
+        .collect();
     let list: Vec<Value> = alerts
         .iter()
         .map(|a| {
@@ -478,7 +486,7 @@ pub async fn alerts(
             })
         })
         .collect();
-    Ok(Json(json!({ "run_id": id, "alerts": list })))
+    Ok(Json(json!({ "run_id": id, "alerts": list, "acks": acks })))
 }
 
 /// The run's hyper-parameters, as the collector sent them.

@@ -20,7 +20,8 @@ pub(super) const ANNOUNCER_CAPACITY: usize = 4096;
 pub(super) enum News {
     Alert {
         alert: Alert,
-        notice: Box<crate::notify::Notice>,
+        /// `None` when the alert's notices are muted.
+        notice: Option<Box<crate::notify::Notice>>,
     },
     Status(StatusChange),
 }
@@ -121,7 +122,9 @@ impl Hub {
             News::Alert { alert, notice } => {
                 let _ = run.live.send(LiveEvent::Alert(alert.clone()));
                 self.tell_alert(&alert);
-                self.notifier.send(*notice);
+                if let Some(notice) = notice {
+                    self.notifier.send(*notice);
+                }
             }
             News::Status(change) => {
                 self.tell_status(&change);

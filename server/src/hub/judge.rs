@@ -15,6 +15,13 @@ use stepstream_protocol::{
 };
 use tokio::sync::mpsc;
 
+/// A training's alert of the same title is told at most once within this.
+pub const USER_ALERT_COOLDOWN_S: f64 = 60.0;
+/// Bytes of a training's alert title, at most.
+const USER_ALERT_TITLE_BYTES: usize = 128;
+/// Distinct titles a run may raise within the cooldown, at most.
+const USER_ALERT_TITLES: usize = 100;
+
 /// How often changed runs' summaries go to viewers (one frame for all of them).
 const SWEEP_EVERY_S: f64 = 1.0;
 
@@ -31,6 +38,11 @@ pub(super) enum Job {
     },
     /// An alert event decided elsewhere (a stale alert resolved by a hello).
     Event { run: Arc<Run>, event: Event },
+    /// An alert the training's code raised itself.
+    User {
+        run: Arc<Run>,
+        alert: stepstream_protocol::UserAlert,
+    },
     /// A stale run sent again: store and publish that it runs.
     Revived {
         run: Arc<Run>,
@@ -49,6 +61,7 @@ pub(super) async fn judge_loop(hub: Weak<Hub>, mut jobs: mpsc::Receiver<Job>) {
             Job::Records { run, records, now } => hub.judge_records(&run, &records, now).await,
             Job::Event { run, event } => hub.raise(&run, event).await,
             Job::Revived { run, now, resolved } => hub.revived(&run, now, resolved).await,
+            Job::User { run, alert } => hub.user_alert(&run, alert).await,
         }
     }
 }
@@ -128,6 +141,23 @@ impl Hub {
             // Another hub of the cluster judges this run and raises its alerts.
             return;
         }
+        self.alert(run, rule, Some(rule), fired, step, value, message)
+            .await;
+    }
+
+    /// Stores, tells and notifies an alert of `rule`; `acting` names the rule whose action
+    /// (`[actions.RULE]`) it may start.
+    #[allow(clippy::too_many_arguments)]
+    async fn alert(
+        &self,
+        run: &Arc<Run>,
+        rule: &str,
+        acting: Option<&'static str>,
+        fired: bool,
+        step: i64,
+        value: f64,
+        message: String,
+    ) {
         let (run_id, project, name) = run.state(|st| {
             (
                 st.identity.run_id.clone(),
@@ -135,6 +165,14 @@ impl Hub {
                 st.identity.name.clone(),
             )
         });
+        let at = unix_now();
+        let mut message = message;
+        if let Some(acting) = acting.filter(|_| fired) {
+            // The alert says what its rule will do (stop, checkpoint) unless acknowledged.
+            if let Some(action) = self.action_of(acting) {
+                self.schedule_action(run, acting, action, at, &mut message);
+            }
+        }
         let alert = stepstream_protocol::Alert {
             run_id: run_id.clone(),
             rule: rule.to_string(),
@@ -142,7 +180,7 @@ impl Hub {
             step,
             value,
             message: message.clone(),
-            at: unix_now(),
+            at,
         };
         if fired {
             tracing::warn!(run = %run_id, rule, step, %message, "alert");
@@ -150,7 +188,14 @@ impl Hub {
             tracing::info!(run = %run_id, rule, step, "alert resolved");
         }
         let written = self.store.add_alert(run.key, alert.clone()).await;
-        let notice = Box::new(crate::notify::Notice {
+        let acks = if fired {
+            self.store.acks(run.key).await.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        // Muted (acknowledged for some hours): stored and shown, not sent.
+        let muted = crate::store::Acked::mutes(&acks, rule, alert.at);
+        let notice = (!muted).then(|| crate::notify::Notice {
             link: self
                 .notifier
                 .public_url
@@ -166,7 +211,47 @@ impl Hub {
             message,
             at: alert.at,
         });
+        if muted {
+            tracing::info!(run = %run_id, rule, "alert muted: not notified");
+        }
+        let notice = notice.map(Box::new);
         self.announce(run, Some(written), News::Alert { alert, notice })
+            .await;
+    }
+
+    /// An alert the training raised (`run.alert`): stored as rule `user:TITLE` and told on
+    /// every channel, unless the same title was raised within [`USER_ALERT_COOLDOWN_S`] (a
+    /// loop that raises every step is told once a minute).
+    async fn user_alert(&self, run: &Arc<Run>, a: stepstream_protocol::UserAlert) {
+        let now = unix_now();
+        let mut title = a.title;
+        super::truncate(&mut title, USER_ALERT_TITLE_BYTES);
+        let rule = format!("user:{title}");
+        let fresh = run.state_mut(|st| {
+            st.user_alerts
+                .retain(|_, at| now - *at < USER_ALERT_COOLDOWN_S);
+            if st.user_alerts.contains_key(&rule) || st.user_alerts.len() >= USER_ALERT_TITLES {
+                return false;
+            }
+            st.user_alerts.insert(rule.clone(), now);
+            true
+        });
+        if !fresh {
+            tracing::info!(%rule, "a training's alert within its cooldown: not told again");
+            return;
+        }
+        let mut text = a.text;
+        super::truncate(&mut text, crate::hub::commands::COMMAND_TEXT_BYTES);
+        let message = format!(
+            "[{}] {title}{}",
+            a.level.as_str(),
+            if text.is_empty() {
+                String::new()
+            } else {
+                format!(": {text}")
+            }
+        );
+        self.alert(run, &rule, None, true, a.step, f64::NAN, message)
             .await;
     }
 

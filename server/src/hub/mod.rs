@@ -14,6 +14,7 @@
 //! * `peer` — the hub as one of a cluster: telling the other hubs, applying what they
 //!   tell, and the judge leases that make one hub judge each run.
 
+mod actions;
 mod announce;
 mod append;
 pub mod commands;
@@ -81,7 +82,13 @@ pub struct Hub {
     pub limits: HubLimits,
     policy: StatusPolicy,
     rules: crate::alerts::Rules,
+    /// What alerts do besides notify, by rule (`[actions.RULE]`).
+    actions: std::collections::BTreeMap<String, crate::alerts::actions::RuleAction>,
+    /// Which endings of a run are notified (`[endings]`).
+    endings: crate::alerts::actions::Endings,
     notifier: crate::notify::Notifier,
+    /// This hub, for the tasks it starts (a rule action waiting out its grace period).
+    me: std::sync::Weak<Hub>,
     runs: RwLock<HashMap<RunId, Arc<Run>>>,
     updates: broadcast::Sender<Bytes>,
     judge: mpsc::Sender<Job>,
@@ -144,12 +151,15 @@ impl Hub {
             .collect();
         let (judge, jobs) = mpsc::channel(judge::JUDGE_CAPACITY);
         let (announcer, announcements) = mpsc::channel(announce::ANNOUNCER_CAPACITY);
-        let hub = Arc::new(Hub {
+        let hub = Arc::new_cyclic(|me| Hub {
             store,
             limits,
             policy,
             rules: alerts.rules.clone(),
+            actions: alerts.actions.clone(),
+            endings: alerts.endings.clone(),
             notifier: crate::notify::Notifier::start(alerts),
+            me: me.clone(),
             runs: RwLock::new(runs),
             updates: broadcast::channel(UPDATES_CAPACITY).0,
             judge,
@@ -511,6 +521,7 @@ impl Hub {
         self.announce(run, None, announce::News::Status(change.clone()))
             .await;
         self.expire_commands(run, status).await;
+        self.tell_ending(run, status, change.message.as_deref());
         if status == RunStatus::Failed {
             self.failed(run, change.message.unwrap_or_default()).await;
         }

@@ -48,6 +48,8 @@ pub struct RunState {
     /// Bytes of samples stored for the run, and those of batches in flight (reserved at
     /// submit, given back when not stored): what `run_sample_bytes` bounds.
     pub(super) sample_bytes: u64,
+    /// The training's own alerts (`user:TITLE`) told within the cooldown, and when.
+    pub(super) user_alerts: std::collections::HashMap<String, f64>,
 }
 
 impl RunState {
@@ -65,6 +67,7 @@ impl RunState {
             rules,
             writer: None,
             sample_bytes: 0,
+            user_alerts: Default::default(),
         }
     }
 

@@ -37,6 +37,10 @@ pub struct AlertsConfig {
     pub public_url: Option<String>,
     /// Attempts per notice and channel (with exponential backoff from 0.5 s).
     pub attempts: Option<u32>,
+    /// What a rule's alert does besides notify (`[actions.RULE]`): off unless configured.
+    pub actions: std::collections::BTreeMap<String, crate::alerts::actions::RuleAction>,
+    /// Which endings of a run are notified (`[endings]`): off unless configured.
+    pub endings: crate::alerts::actions::Endings,
 }
 
 impl AlertsConfig {
@@ -45,6 +49,8 @@ impl AlertsConfig {
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let config: AlertsConfig =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::alerts::actions::check(&config.actions, &config.endings)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         for c in &config.channels {
             if let Channel::Email(mail) = c {
                 mail.check()
@@ -163,7 +169,15 @@ impl Notifier {
 
     /// Queues a notice for every channel; never waits.
     pub fn send(&self, notice: Notice) {
+        self.send_to(notice, &[]);
+    }
+
+    /// Queues a notice for the channels of these kinds (every channel when empty).
+    pub fn send_to(&self, notice: Notice, kinds: &[String]) {
         for (name, q) in &self.queues {
+            if !kinds.is_empty() && !kinds.iter().any(|k| k == name) {
+                continue;
+            }
             if q.try_send(notice.clone()).is_err() {
                 tracing::warn!(channel = name, "alert queue full; notice dropped");
             }

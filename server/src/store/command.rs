@@ -66,6 +66,16 @@ pub(super) enum Command {
         at: f64,
         reply: oneshot::Sender<Result<u64>>,
     },
+    /// Someone acknowledged a rule's alert on a run (its action called off), muting its
+    /// notices until `mute_until` when given.
+    Acknowledge {
+        key: RunKey,
+        rule: String,
+        by: String,
+        mute_until: Option<f64>,
+        at: f64,
+        reply: oneshot::Sender<Result<()>>,
+    },
     /// A command moved on (never back: a state at or below the stored one changes nothing);
     /// answered with whether it moved. `id: None` moves every command of the run that is
     /// not final yet (a run that ended expires them).
@@ -318,6 +328,7 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
         }
         Command::DefineMetrics { reply, .. }
+        | Command::Acknowledge { reply, .. }
         | Command::AddAlert { reply, .. }
         | Command::SetStatus { reply, .. } => {
             let _ = reply.send(outcome.map(|_| ()));

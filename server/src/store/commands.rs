@@ -13,6 +13,28 @@ pub(super) fn action_text(action: &Action) -> String {
     serde_json::to_string(action).unwrap_or_default()
 }
 
+/// An alert acknowledged: by whom, when, and until when its notices are muted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Acked {
+    pub rule: String,
+    pub by: String,
+    pub mute_until: Option<f64>,
+    pub at: f64,
+}
+
+impl Acked {
+    /// Whether these acknowledgements of a run mute `rule`'s notices at `now`.
+    pub fn mutes(acks: &[Acked], rule: &str, now: f64) -> bool {
+        acks.iter()
+            .any(|a| a.rule == rule && a.mute_until.is_some_and(|u| u > now))
+    }
+
+    /// Whether `rule`'s alert fired at `since` was acknowledged after it.
+    pub fn acknowledged(acks: &[Acked], rule: &str, since: f64) -> bool {
+        acks.iter().any(|a| a.rule == rule && a.at >= since)
+    }
+}
+
 /// One `commands` row, as its columns read back.
 pub(super) struct Row {
     pub id: i64,
@@ -98,6 +120,34 @@ impl Store {
             reply,
         })
         .await
+    }
+
+    /// Records that `by` acknowledged `rule`'s alert on the run (muting its notices until
+    /// `mute_until`); committed when this returns.
+    pub async fn acknowledge(
+        &self,
+        key: RunKey,
+        rule: String,
+        by: String,
+        mute_until: Option<f64>,
+        at: f64,
+    ) -> Result<()> {
+        self.hand(|reply| Command::Acknowledge {
+            key,
+            rule,
+            by,
+            mute_until,
+            at,
+            reply,
+        })
+        .await?
+        .committed()
+        .await
+    }
+
+    /// The run's acknowledgements, oldest first.
+    pub async fn acks(&self, key: RunKey) -> Result<Vec<Acked>> {
+        read!(self.acks(key))
     }
 
     /// The run's commands, oldest first.

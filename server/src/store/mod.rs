@@ -15,7 +15,8 @@
 //! * `postgres` — the PostgreSQL engine (the same, plus the judges' leases).
 //! * `blob` — the records' blob format, shared by both, independent of the wire format.
 //! * `items` — console lines and samples as stored, beside the records.
-//! * `commands` — commands for a run's training (stop, checkpoint, note) and their states.
+//! * `commands` — commands for a run's training (stop, checkpoint, note) and their states,
+//!   and alerts acknowledged or muted.
 
 mod blob;
 mod command;
@@ -212,6 +213,7 @@ macro_rules! read {
 }
 
 mod commands;
+pub use commands::Acked;
 
 impl Store {
     /// Opens (or creates) the SQLite database and returns the runs it holds; each command

@@ -10,7 +10,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
-use super::commands::Row as CommandRow;
+use super::commands::{Acked, Row as CommandRow};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -166,6 +166,22 @@ impl Dialect for Postgres {
                 step: r.get(6),
                 message: r.get(7),
                 state_at: r.get(8),
+            })
+            .collect())
+    }
+
+    fn acks(client: &mut Client, key: RunKey) -> Result<Vec<Acked>> {
+        let rows = client.query(
+            "SELECT rule, by_whom, mute_until, at FROM alert_acks WHERE run_key = $1 ORDER BY at",
+            &[&key],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Acked {
+                rule: r.get(0),
+                by: r.get(1),
+                mute_until: r.get(2),
+                at: r.get(3),
             })
             .collect())
     }

@@ -126,6 +126,15 @@ CREATE TABLE IF NOT EXISTS commands (
     state_at DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_key, id);
+-- Alerts acknowledged (their action called off), and notices muted until a time.
+CREATE TABLE IF NOT EXISTS alert_acks (
+    run_key BIGINT NOT NULL,
+    rule TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    mute_until DOUBLE PRECISION,
+    at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alert_acks_by_run ON alert_acks (run_key, at);
 ",
 ];
 

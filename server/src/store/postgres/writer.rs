@@ -245,6 +245,21 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             )?;
             Ok(Applied::Key(row.get(0)))
         }
+        Command::Acknowledge {
+            key,
+            rule,
+            by,
+            mute_until,
+            at,
+            ..
+        } => {
+            tx.execute(
+                "INSERT INTO alert_acks (run_key, rule, by_whom, mute_until, at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[key, rule, by, mute_until, at],
+            )?;
+            Ok(Applied::Done)
+        }
         Command::MoveOrder {
             key,
             id,

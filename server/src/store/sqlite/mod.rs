@@ -11,7 +11,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
-use super::commands::Row as CommandRow;
+use super::commands::{Acked, Row as CommandRow};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -128,6 +128,22 @@ impl Dialect for Sqlite {
                 step: r.get(6)?,
                 message: r.get(7)?,
                 state_at: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn acks(conn: &mut Connection, key: RunKey) -> Result<Vec<Acked>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT rule, by_whom, mute_until, at FROM alert_acks WHERE run_key = ?1 \
+             ORDER BY at, rowid",
+        )?;
+        let rows = stmt.query_map([key], |r| {
+            Ok(Acked {
+                rule: r.get(0)?,
+                by: r.get(1)?,
+                mute_until: r.get(2)?,
+                at: r.get(3)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

@@ -94,6 +94,15 @@ CREATE TABLE IF NOT EXISTS commands (
     state_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_key, id);
+-- Alerts acknowledged (their action called off), and notices muted until a time.
+CREATE TABLE IF NOT EXISTS alert_acks (
+    run_key INTEGER NOT NULL,
+    rule TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    mute_until REAL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alert_acks_by_run ON alert_acks (run_key, at);
 ";
 
 /// Indexes created after [`migrate`] brought the tables they cover to this version.
@@ -119,7 +128,7 @@ const SCHEMA_VERSION: i64 = 5;
 /// are exact on old runs too. Version 2 found range reads through one widest span per run;
 /// version 3 through each batch's span class. Version 4 added console lines and samples
 /// (the `items` table, created by [`SCHEMA`], and the runs' console counts); version 5 the
-/// `commands` table (created by [`SCHEMA`]). One transaction: an interrupted migration
+/// `commands` and `alert_acks` tables (created by [`SCHEMA`]). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

@@ -198,6 +198,21 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             .execute(params![key, action_text(action), by, reason, at])?;
             Ok(Applied::Key(tx.last_insert_rowid()))
         }
+        Command::Acknowledge {
+            key,
+            rule,
+            by,
+            mute_until,
+            at,
+            ..
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO alert_acks (run_key, rule, by_whom, mute_until, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![key, rule, by, mute_until, at])?;
+            Ok(Applied::Done)
+        }
         Command::MoveOrder {
             key,
             id,
