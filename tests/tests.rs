@@ -13,6 +13,7 @@
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
 //! * `proxy` — the hub behind Debian's nginx, as `docs/reverse-proxy.nginx.conf` shows.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
+//! * `rules` — alert rules made in the page: previewed, tested, in force within a second.
 //! * `security` — who may connect: `Host` and `Origin` checks.
 //! * `tls` — HTTPS and `wss://` with a private CA, certificates renewed while serving.
 //! * `tail` — following a growing CSV with a torn last line.
@@ -36,6 +37,7 @@ mod import;
 mod metrics;
 mod proxy;
 mod range;
+mod rules;
 mod security;
 mod tail;
 mod tls;

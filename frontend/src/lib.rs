@@ -13,6 +13,8 @@
 //! * `samples` — the selected runs' text and table samples, by key and step.
 //! * `frame` — the animation-frame loop; `interact` — zoom, pan and the crosshair.
 //! * `components` — the page's parts; `i18n` — English, Chinese.
+//! * `write` — what the page writes to the hub (commands, acknowledgements, rules), with a
+//!   write token asked for once where the hub guards writes.
 //!
 //! Each chart canvas carries test hooks (`data-points`, `data-drawn`, `data-last-step`,
 //! `data-out-of-order`, `data-x0`/`data-x1`, `data-detail`, ...; see `frame.rs`).
@@ -32,6 +34,7 @@ pub mod samples;
 pub mod socket;
 pub mod state;
 pub mod view;
+pub mod write;
 
 pub use stepstream_chart as chart;
 pub use stepstream_chart::{client, data, ws};

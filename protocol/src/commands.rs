@@ -163,3 +163,11 @@ pub struct UserAlert {
     pub step: i64,
     pub wall_time: f64,
 }
+
+/// A project's rules made in the page changed on one hub of a cluster: the others read them
+/// again from the shared store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerRules {
+    pub hub: u64,
+    pub project: String,
+}

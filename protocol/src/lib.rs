@@ -40,7 +40,8 @@ pub mod items;
 pub mod limits;
 
 pub use commands::{
-    Action, AlertLevel, Command, CommandEvent, CommandReply, CommandState, PeerCommand, UserAlert,
+    Action, AlertLevel, Command, CommandEvent, CommandReply, CommandState, PeerCommand, PeerRules,
+    UserAlert,
 };
 pub use items::{Cell, Histogram, Image, ImageFormat, Item, ItemBody, ItemKind, Stream};
 pub use limits::Limits;
@@ -627,6 +628,7 @@ direction! {
         PeerRun = 0x42,
         PeerAlert = 0x43,
         PeerCommand = 0x44,
+        PeerRules = 0x45,
     }
 }
 

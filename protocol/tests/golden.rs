@@ -263,6 +263,14 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             .encode(),
         ),
         (
+            "ToPeer_PeerRules",
+            ToPeer::PeerRules(PeerRules {
+                hub: 0x5eed,
+                project: "llm".into(),
+            })
+            .encode(),
+        ),
+        (
             "ToPeer_PeerCommand",
             ToPeer::PeerCommand(PeerCommand {
                 hub: 0x5eed,

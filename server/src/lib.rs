@@ -76,6 +76,22 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
             get(api::commands::list).post(api::commands::post),
         )
         .route(
+            "/api/projects/{project}/rules",
+            get(api::rules::list).post(api::rules::add),
+        )
+        .route(
+            "/api/projects/{project}/rules/{id}",
+            axum::routing::delete(api::rules::delete),
+        )
+        .route(
+            "/api/projects/{project}/rules/preview",
+            axum::routing::post(api::rules::preview),
+        )
+        .route(
+            "/api/projects/{project}/rules/test",
+            axum::routing::post(api::rules::test),
+        )
+        .route(
             "/api/runs/{id}/alerts/{rule}/ack",
             axum::routing::post(api::commands::acknowledge),
         )

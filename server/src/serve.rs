@@ -120,6 +120,10 @@ pub async fn start(
         &settings.alerts,
         settings.limits.clone(),
     );
+    hub.load_rules().await.map_err(|source| ServeError::Store {
+        path: where_.clone(),
+        source,
+    })?;
     if let Some(url) = &settings.nats {
         if !hub.store.shared() {
             return Err(cluster::ClusterError::NotShared.into());

@@ -1,102 +1,13 @@
 //! Acting on a run's training from the page: stop (a checkpoint first, by default),
 //! checkpoint now, and a note on the charts, each confirmed in the panel before it is sent
 //! (`POST /api/runs/{id}/commands`), and the run's command timeline as the hub tells it.
-//!
-//! A hub that guards writes asks for a write token of the run's project: the page asks its
-//! user once and keeps it for the tab's session (never in the address bar, never the page's
-//! read token).
+//! The run's fired alerts can be acknowledged (a rule's pending stop called off) or muted
+//! for some hours from here too.
 
-use crate::fetch::api_base;
 use crate::state::{Ctx, STORE};
+use crate::write::{my_name, send, set_my_name};
 use leptos::prelude::*;
 use stepstream_protocol::{Action, CommandState, RunId};
-use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
-
-const WRITE_TOKEN_KEY: &str = "stepstream.write_token";
-const NAME_KEY: &str = "stepstream.name";
-
-fn session() -> Option<web_sys::Storage> {
-    web_sys::window().and_then(|w| w.session_storage().ok().flatten())
-}
-
-fn local() -> Option<web_sys::Storage> {
-    web_sys::window().and_then(|w| w.local_storage().ok().flatten())
-}
-
-/// POSTs `body` to the run's commands with `token`; the status and the answer's text.
-async fn post(run: &str, body: &str, token: Option<&str>) -> Result<(u16, String), String> {
-    let window = web_sys::window().ok_or("no window")?;
-    let init = web_sys::RequestInit::new();
-    init.set_method("POST");
-    let headers = web_sys::Headers::new().map_err(|e| format!("{e:?}"))?;
-    headers
-        .set("Content-Type", "application/json")
-        .map_err(|e| format!("{e:?}"))?;
-    // A read token the page holds lets the request through a guarded hub's reads; a write
-    // token, when given, is what may command.
-    if let Some(t) = token.map(str::to_string).or_else(crate::page::page_token) {
-        headers
-            .set("Authorization", &format!("Bearer {t}"))
-            .map_err(|e| format!("{e:?}"))?;
-    }
-    init.set_headers(&headers);
-    init.set_body(&wasm_bindgen::JsValue::from_str(body));
-    let url = format!(
-        "{}/api/runs/{}/commands",
-        api_base(),
-        String::from(js_sys::encode_uri_component(run))
-    );
-    let resp = JsFuture::from(window.fetch_with_str_and_init(&url, &init))
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(|_| "not a response")?;
-    let text = JsFuture::from(resp.text().map_err(|e| format!("{e:?}"))?)
-        .await
-        .map_err(|e| format!("{e:?}"))?
-        .as_string()
-        .unwrap_or_default();
-    Ok((resp.status(), text))
-}
-
-/// Sends a command, asking for a write token once if the hub wants one; what to show.
-async fn send(run: String, project: String, body: serde_json::Value) -> String {
-    let body = body.to_string();
-    let mut token = session().and_then(|s| s.get_item(WRITE_TOKEN_KEY).ok().flatten());
-    for attempt in 0..2 {
-        match post(&run, &body, token.as_deref()).await {
-            Ok((201, _)) => return "sent".into(),
-            Ok((401 | 403, text)) if attempt == 0 => {
-                let asked = web_sys::window().and_then(|w| {
-                    w.prompt_with_message(&format!(
-                        "A write token of project {project} may command this run:"
-                    ))
-                    .ok()
-                    .flatten()
-                });
-                match asked.filter(|t| !t.trim().is_empty()) {
-                    Some(t) => {
-                        if let Some(s) = session() {
-                            let _ = s.set_item(WRITE_TOKEN_KEY, t.trim());
-                        }
-                        token = Some(t.trim().to_string());
-                    }
-                    None => return error_of(&text),
-                }
-            }
-            Ok((_, text)) => return error_of(&text),
-            Err(e) => return format!("not sent: {e}"),
-        }
-    }
-    "not sent".into()
-}
-
-fn error_of(text: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| text.to_string())
-}
 
 /// What is about to be sent, shown for confirmation.
 #[derive(Clone, PartialEq)]
@@ -113,11 +24,7 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
     let all_ranks = RwSignal::new(false);
     let reason = RwSignal::new(String::new());
     let note = RwSignal::new(String::new());
-    let by = RwSignal::new(
-        local()
-            .and_then(|s| s.get_item(NAME_KEY).ok().flatten())
-            .unwrap_or_default(),
-    );
+    let by = RwSignal::new(my_name());
     let id = run.to_string();
     let dispatch = {
         let (id, project) = (id.clone(), project.clone());
@@ -133,14 +40,20 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
                 "note" => body["text"] = note.get_untracked().into(),
                 _ => {}
             }
-            if let Some(s) = local() {
-                let _ = s.set_item(NAME_KEY, &by.get_untracked());
-            }
+            set_my_name(&by.get_untracked());
             asking.set(None);
             result.set("sending…".into());
-            let (id, project) = (id.clone(), project.clone());
+            let path = format!(
+                "/api/runs/{}/commands",
+                String::from(js_sys::encode_uri_component(&id))
+            );
+            let project = project.clone();
             wasm_bindgen_futures::spawn_local(async move {
-                result.set(send(id, project, body).await);
+                let said = match send("POST", &path, &project, Some(body.to_string())).await {
+                    Ok(_) => "sent".to_string(),
+                    Err(e) => e,
+                };
+                result.set(said);
             });
         })
     };
@@ -156,6 +69,27 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
         }
     };
     let timeline_run = run.clone();
+    let alerts_run = run.clone();
+    let acknowledge = {
+        let (id, project) = (id.clone(), project.clone());
+        Callback::new(move |(rule, hours): (String, f64)| {
+            let path = format!(
+                "/api/runs/{}/alerts/{}/ack",
+                String::from(js_sys::encode_uri_component(&id)),
+                String::from(js_sys::encode_uri_component(&rule))
+            );
+            let body = serde_json::json!({"by": by.get_untracked(), "mute_hours": hours});
+            let project = project.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let said = match send("POST", &path, &project, Some(body.to_string())).await {
+                    Ok(_) if hours > 0.0 => format!("{rule}: acknowledged, muted {hours} h"),
+                    Ok(_) => format!("{rule}: acknowledged"),
+                    Err(e) => e,
+                };
+                result.set(said);
+            });
+        })
+    };
     let has_job = !job.is_empty();
     view! {
         <section class="commands" data-testid="commands" data-run-id=id.clone()>
@@ -196,6 +130,28 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
                 </Show>
                 <p class="command-result" data-testid="command-result">{move || result.get()}</p>
             </Show>
+            <ul class="run-alerts" data-testid="run-alerts">
+                {move || {
+                    ctx.alerts.track();
+                    // The latest fired alert of each rule: what may be acknowledged or muted.
+                    let mut fired: Vec<(String, String)> = STORE.with(|s| s.borrow().runs.get(&alerts_run)
+                        .map(|d| d.alerts.iter().filter(|a| a.fired)
+                            .map(|a| (a.rule.clone(), a.message.lines().next().unwrap_or("").to_string())).collect())
+                        .unwrap_or_default());
+                    fired.reverse();
+                    let mut seen = std::collections::HashSet::new();
+                    fired.retain(|(r, _)| seen.insert(r.clone()));
+                    fired.into_iter().map(|(rule, line)| {
+                        let (r1, r2) = (rule.clone(), rule.clone());
+                        view! {
+                            <li data-rule=rule.clone()>{format!("{rule}: {line} ")}
+                                <button class="ack" on:click=move |_| acknowledge.run((r1.clone(), 0.0))>"Acknowledge"</button>" "
+                                <button class="mute" on:click=move |_| acknowledge.run((r2.clone(), 4.0))>"Mute 4 h"</button>
+                            </li>
+                        }
+                    }).collect_view()
+                }}
+            </ul>
             <ol class="timeline" data-testid="command-timeline">
                 {move || {
                     ctx.commands.track();

@@ -9,5 +9,6 @@ pub mod header;
 pub mod heatmap;
 pub mod histograms;
 pub mod panel;
+pub mod rules;
 pub mod runs;
 pub mod samples;

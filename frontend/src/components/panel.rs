@@ -4,6 +4,7 @@
 //! for several selected runs a config table with the keys that differ highlighted.
 
 use super::commands::Commands;
+use super::rules::Rules;
 use crate::config::flatten;
 use crate::fetch::api_url;
 use crate::i18n::{self, t, Text};
@@ -62,9 +63,6 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
         Some((id.clone(), r.project, r.job, r.status.is_terminal()))
     });
     view! {
-        {move || target.get().map(|(id, project, job, ended)| view! {
-            <Commands ctx=ctx run=id project=project job=job ended=ended/>
-        })}
         <Show when=move || ctx.selected.with(|s| s.len() == 1)>
             {move || {
                 let Some(id) = ctx.selected.get().first().cloned() else { return ().into_any() };
@@ -117,6 +115,10 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
                 }.into_any()
             }}
         </Show>
+        {move || target.get().map(|(id, project, job, ended)| view! {
+            <Commands ctx=ctx run=id.clone() project=project.clone() job=job ended=ended/>
+            <Rules project=project run=id/>
+        })}
         <Show when=move || ctx.selected.with(|s| s.len() > 1)>
             <Compare ctx=ctx/>
         </Show>

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// What a rule's alert does once its grace period passed unacknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Act {
     /// Stop the training (a checkpoint first, unless `checkpoint = false`).
@@ -16,7 +16,7 @@ pub enum Act {
 }
 
 /// `[actions.RULE]`: `act = "stop"`, `grace_s = 600`, `checkpoint = true`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleAction {
     pub act: Act,
@@ -35,7 +35,7 @@ fn yes() -> bool {
 
 /// `[endings]`: notices when a run ends, opt-in. Failures are always told (the `run_failed`
 /// alert); these add the other endings.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Endings {
     /// Which: `finished`, `stopped`, `killed` (and `failed`, which then is told here too,

@@ -9,7 +9,7 @@ use super::{
 use serde::Deserialize;
 
 /// The rules' thresholds, windows and switches (`[rules.*]` in the alerts TOML file).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Rules {
     pub non_finite: NonFinite,
@@ -44,7 +44,7 @@ impl Default for Rules {
     }
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Switch {
     pub enabled: bool,

@@ -11,11 +11,13 @@
 //! * `config` — the `[rules]` table that gathers every rule's thresholds.
 //! * `sample` — what the rules read of one record, found once per record by metric id.
 //! * `window` — the rolling windows the rules compare against.
+//! * `custom` — rules made in the page, per project, and their preview on a run's history.
 //! * `actions` — what an alert does besides notify (stop, checkpoint, after a grace
 //!   period), and which endings of a run are notified.
 
 pub mod actions;
 mod config;
+pub mod custom;
 pub mod rules;
 mod sample;
 mod window;

@@ -6,6 +6,7 @@
 
 pub mod commands;
 pub mod items;
+pub mod rules;
 
 use crate::auth::Scope;
 use crate::hub::Run;

@@ -21,7 +21,7 @@ impl Hub {
     pub(super) fn schedule_action(
         &self,
         run: &Arc<Run>,
-        rule: &'static str,
+        rule: &str,
         action: RuleAction,
         fired_at: f64,
         message: &mut String,
@@ -37,10 +37,11 @@ impl Hub {
         ));
         let hub = self.me.clone();
         let run = run.clone();
+        let rule = rule.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs_f64(action.grace_s)).await;
             if let Some(hub) = hub.upgrade() {
-                hub.act(&run, rule, action, fired_at).await;
+                hub.act(&run, &rule, action, fired_at).await;
             }
         });
     }
@@ -49,7 +50,7 @@ impl Hub {
     /// ended or someone acknowledged the alert since. An alert that resolved meanwhile does
     /// not call it off: a diverging loss flaps (a smoothed trend dips for a few steps), and
     /// a person, not a lull, says a run may go on.
-    async fn act(&self, run: &Arc<Run>, rule: &'static str, action: RuleAction, fired_at: f64) {
+    async fn act(&self, run: &Arc<Run>, rule: &str, action: RuleAction, fired_at: f64) {
         let (run_id, status) = run.state(|st| (st.identity.run_id.clone(), st.status));
         if status.is_terminal() {
             tracing::info!(run = %run_id, rule, "rule action called off: the run ended");

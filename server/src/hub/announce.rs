@@ -20,8 +20,9 @@ pub(super) const ANNOUNCER_CAPACITY: usize = 4096;
 pub(super) enum News {
     Alert {
         alert: Alert,
-        /// `None` when the alert's notices are muted.
-        notice: Option<Box<crate::notify::Notice>>,
+        /// `None` when the alert's notices are muted; else with the channel kinds it goes
+        /// to (every channel when empty).
+        notice: Option<(Box<crate::notify::Notice>, Vec<String>)>,
     },
     Status(StatusChange),
 }
@@ -122,8 +123,8 @@ impl Hub {
             News::Alert { alert, notice } => {
                 let _ = run.live.send(LiveEvent::Alert(alert.clone()));
                 self.tell_alert(&alert);
-                if let Some(notice) = notice {
-                    self.notifier.send(*notice);
+                if let Some((notice, kinds)) = notice {
+                    self.notifier.send_to(*notice, &kinds);
                 }
             }
             News::Status(change) => {

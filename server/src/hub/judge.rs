@@ -99,6 +99,22 @@ impl Hub {
         for e in events {
             self.raise(run, e).await;
         }
+        if !self.judges(run.key) {
+            return;
+        }
+        for a in self.judge_page_rules(run, records) {
+            self.alert_to(
+                run,
+                &a.rule,
+                a.action,
+                &a.channels,
+                a.fired,
+                a.step,
+                a.value,
+                a.message,
+            )
+            .await;
+        }
     }
 
     /// The smoothed step times of the other running ranks of this run's job, when it is one
@@ -141,18 +157,20 @@ impl Hub {
             // Another hub of the cluster judges this run and raises its alerts.
             return;
         }
-        self.alert(run, rule, Some(rule), fired, step, value, message)
+        let action = self.action_of(rule);
+        self.alert_to(run, rule, action, &[], fired, step, value, message)
             .await;
     }
 
-    /// Stores, tells and notifies an alert of `rule`; `acting` names the rule whose action
-    /// (`[actions.RULE]`) it may start.
+    /// Stores, tells and notifies (on the channels of these kinds; all when empty) an alert
+    /// of `rule`, which starts `action` when it fires.
     #[allow(clippy::too_many_arguments)]
-    async fn alert(
+    async fn alert_to(
         &self,
         run: &Arc<Run>,
         rule: &str,
-        acting: Option<&'static str>,
+        action: Option<crate::alerts::actions::RuleAction>,
+        channels: &[String],
         fired: bool,
         step: i64,
         value: f64,
@@ -167,11 +185,9 @@ impl Hub {
         });
         let at = unix_now();
         let mut message = message;
-        if let Some(acting) = acting.filter(|_| fired) {
+        if let Some(action) = action.filter(|_| fired) {
             // The alert says what its rule will do (stop, checkpoint) unless acknowledged.
-            if let Some(action) = self.action_of(acting) {
-                self.schedule_action(run, acting, action, at, &mut message);
-            }
+            self.schedule_action(run, rule, action, at, &mut message);
         }
         let alert = stepstream_protocol::Alert {
             run_id: run_id.clone(),
@@ -214,7 +230,7 @@ impl Hub {
         if muted {
             tracing::info!(run = %run_id, rule, "alert muted: not notified");
         }
-        let notice = notice.map(Box::new);
+        let notice = notice.map(|n| (Box::new(n), channels.to_vec()));
         self.announce(run, Some(written), News::Alert { alert, notice })
             .await;
     }
@@ -251,7 +267,7 @@ impl Hub {
                 format!(": {text}")
             }
         );
-        self.alert(run, &rule, None, true, a.step, f64::NAN, message)
+        self.alert_to(run, &rule, None, &[], true, a.step, f64::NAN, message)
             .await;
     }
 

@@ -20,6 +20,7 @@ mod append;
 pub mod commands;
 mod judge;
 mod peer;
+pub mod rules;
 mod run;
 
 use crate::limits::HubLimits;
@@ -87,6 +88,10 @@ pub struct Hub {
     /// Which endings of a run are notified (`[endings]`).
     endings: crate::alerts::actions::Endings,
     notifier: crate::notify::Notifier,
+    /// The channels' kinds and the alerts file's rules as TOML (no secrets), for the page.
+    pub alerts_view: (Vec<&'static str>, String),
+    /// Each project's rules made in the page (`rules.rs`).
+    page_rules: RwLock<HashMap<String, rules::ProjectRules>>,
     /// This hub, for the tasks it starts (a rule action waiting out its grace period).
     me: std::sync::Weak<Hub>,
     runs: RwLock<HashMap<RunId, Arc<Run>>>,
@@ -160,6 +165,8 @@ impl Hub {
             endings: alerts.endings.clone(),
             notifier: crate::notify::Notifier::start(alerts),
             me: me.clone(),
+            page_rules: RwLock::new(HashMap::new()),
+            alerts_view: (alerts.channel_kinds(), alerts.operator_toml()),
             runs: RwLock::new(runs),
             updates: broadcast::channel(UPDATES_CAPACITY).0,
             judge,

@@ -323,6 +323,12 @@ impl Hub {
                     None => self.publish_update(&run),
                 }
             }
+            ToPeer::PeerRules(r) if r.hub != self.hub_id() => {
+                // Read from the shared store, not taken from the message.
+                if let Err(e) = self.load_rules().await {
+                    tracing::warn!(project = %r.project, error = %e, "could not read the page rules again");
+                }
+            }
             ToPeer::PeerCommand(c) if c.hub != self.hub_id() => {
                 if let Some(run) = self.run_or_refresh(&c.run_id).await {
                     self.peer_command(&run, c.id).await;

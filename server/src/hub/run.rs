@@ -50,6 +50,8 @@ pub struct RunState {
     pub(super) sample_bytes: u64,
     /// The training's own alerts (`user:TITLE`) told within the cooldown, and when.
     pub(super) user_alerts: std::collections::HashMap<String, f64>,
+    /// The page rules' state on this run.
+    pub(super) custom: super::rules::CustomStates,
 }
 
 impl RunState {
@@ -68,6 +70,7 @@ impl RunState {
             writer: None,
             sample_bytes: 0,
             user_alerts: Default::default(),
+            custom: Default::default(),
         }
     }
 

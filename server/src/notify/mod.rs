@@ -44,6 +44,28 @@ pub struct AlertsConfig {
 }
 
 impl AlertsConfig {
+    /// The kinds of the configured channels, in order: all the page may know of them.
+    pub fn channel_kinds(&self) -> Vec<&'static str> {
+        self.channels.iter().map(Channel::name).collect()
+    }
+
+    /// The rules, actions and endings of the alerts file as TOML, for the page to show
+    /// read-only; the channels (addresses, keys, passwords) are left out.
+    pub fn operator_toml(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Shown<'a> {
+            rules: &'a crate::alerts::Rules,
+            actions: &'a std::collections::BTreeMap<String, crate::alerts::actions::RuleAction>,
+            endings: &'a crate::alerts::actions::Endings,
+        }
+        toml::to_string(&Shown {
+            rules: &self.rules,
+            actions: &self.actions,
+            endings: &self.endings,
+        })
+        .unwrap_or_default()
+    }
+
     pub fn load(path: &std::path::Path) -> Result<AlertsConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -76,6 +76,20 @@ pub(super) enum Command {
         at: f64,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// A rule made in the page for a project; answered with its id.
+    AddRule {
+        project: String,
+        body: String,
+        by: String,
+        at: f64,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    /// A project's rule deleted; answered with whether it existed.
+    DeleteRule {
+        project: String,
+        id: u64,
+        reply: oneshot::Sender<Result<bool>>,
+    },
     /// A command moved on (never back: a state at or below the stored one changes nothing);
     /// answered with whether it moved. `id: None` moves every command of the run that is
     /// not final yet (a run that ended expires them).
@@ -316,6 +330,15 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
             }));
         }
         Command::AppendBatch { reply, .. } => {
+            let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
+        }
+        Command::AddRule { reply, .. } => {
+            let _ = reply.send(outcome.map(|a| match a {
+                Applied::Key(id) => id as u64,
+                _ => unreachable!("a rule's insert yields its id"),
+            }));
+        }
+        Command::DeleteRule { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
         }
         Command::QueueOrder { reply, .. } => {

@@ -35,6 +35,16 @@ impl Acked {
     }
 }
 
+/// A rule made in the page, as stored: its project and its JSON (`alerts::custom::PageRule`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRule {
+    pub id: u64,
+    pub project: String,
+    pub body: String,
+    pub by: String,
+    pub at: f64,
+}
+
 /// One `commands` row, as its columns read back.
 pub(super) struct Row {
     pub id: i64,
@@ -143,6 +153,39 @@ impl Store {
         .await?
         .committed()
         .await
+    }
+
+    /// Stores a project's rule made in the page; its id.
+    pub async fn add_rule(
+        &self,
+        project: String,
+        body: String,
+        by: String,
+        at: f64,
+    ) -> Result<u64> {
+        self.hand(|reply| Command::AddRule {
+            project,
+            body,
+            by,
+            at,
+            reply,
+        })
+        .await?
+        .committed()
+        .await
+    }
+
+    /// Deletes a project's rule; whether it existed.
+    pub async fn delete_rule(&self, project: String, id: u64) -> Result<bool> {
+        self.hand(|reply| Command::DeleteRule { project, id, reply })
+            .await?
+            .committed()
+            .await
+    }
+
+    /// Every project's page rules, oldest first.
+    pub async fn rules(&self) -> Result<Vec<StoredRule>> {
+        read!(self.rules())
     }
 
     /// The run's acknowledgements, oldest first.

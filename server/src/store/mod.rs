@@ -213,7 +213,7 @@ macro_rules! read {
 }
 
 mod commands;
-pub use commands::Acked;
+pub use commands::{Acked, StoredRule};
 
 impl Store {
     /// Opens (or creates) the SQLite database and returns the runs it holds; each command

@@ -63,6 +63,8 @@ pub(super) trait Dialect: Send + Sync + 'static {
     fn console_counts(conn: &mut Self::Conn, key: RunKey) -> Result<(u64, u64)>;
     /// The run's commands' rows, oldest first.
     fn commands(conn: &mut Self::Conn, key: RunKey) -> Result<Vec<super::commands::Row>>;
+    /// Every project's page rules, oldest first.
+    fn rules(conn: &mut Self::Conn) -> Result<Vec<super::commands::StoredRule>>;
     /// The run's acknowledgements, oldest first.
     fn acks(conn: &mut Self::Conn, key: RunKey) -> Result<Vec<super::commands::Acked>>;
 }
@@ -246,6 +248,10 @@ impl<D: Dialect> Reads<D> {
     ) -> Result<Vec<stepstream_protocol::CommandEvent>> {
         let rows = self.read(move |c| D::commands(c, key)).await?;
         Ok(rows.into_iter().filter_map(|r| r.event(&run_id)).collect())
+    }
+
+    pub(super) async fn rules(&self) -> Result<Vec<super::commands::StoredRule>> {
+        self.read(D::rules).await
     }
 
     pub(super) async fn acks(&self, key: RunKey) -> Result<Vec<super::commands::Acked>> {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::collections::VecDeque;
 
 /// The smoothed value (EMA) exceeds the smoothed value `lookback` points earlier by `factor`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Divergence {
     pub enabled: bool,

@@ -7,7 +7,7 @@ use crate::alerts::{Finding, Rules, Sample};
 use serde::Deserialize;
 
 /// `consecutive` values above `factor` times the rolling mean (the reference design's 10x).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GradExplosion {
     pub enabled: bool,

@@ -7,7 +7,7 @@ use crate::alerts::{Finding, Rules, Sample};
 use serde::Deserialize;
 
 /// A value far above the rolling median: `value > median + mads * MAD` and `> ratio * median`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LossSpike {
     pub enabled: bool,

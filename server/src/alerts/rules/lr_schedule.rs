@@ -9,7 +9,7 @@ use serde::Deserialize;
 /// or the first step already at the configured peak when the config asks for warmup), a
 /// rise by more than `rise_tolerance` during decay, a reset to `reset_factor` times the
 /// previous value when the step count jumps back (a resume).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LrSchedule {
     pub enabled: bool,

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 /// Accelerator memory used above `fraction` of its total (`gpuN/mem_used_gb` over
 /// `gpuN/mem_total_gb`, as the collectors' system sampler names them).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Memory {
     pub enabled: bool,

@@ -4,7 +4,7 @@ use super::{Judging, RecordRule};
 use crate::alerts::{Finding, Rules, Sample};
 use serde::Deserialize;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NonFinite {
     pub enabled: bool,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 /// Step time above `factor` times its rolling median for `consecutive` steps, or data wait
 /// above `wait_fraction` of the step time for `consecutive` steps.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StalledData {
     pub enabled: bool,

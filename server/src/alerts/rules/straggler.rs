@@ -9,7 +9,7 @@ use serde::Deserialize;
 /// Where several ranks of one job report (runs of one project with the same
 /// [`RunIdentity::job`](stepstream_protocol::RunIdentity::job)), a rank
 /// whose smoothed step time stays above `factor` times the other ranks' median.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Straggler {
     pub enabled: bool,

@@ -6,7 +6,7 @@ use crate::alerts::{Finding, Rules, Sample};
 use serde::Deserialize;
 
 /// Throughput below `fraction` of its rolling median for `consecutive` steps.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Throughput {
     pub enabled: bool,

@@ -10,7 +10,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
-use super::commands::{Acked, Row as CommandRow};
+use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -166,6 +166,23 @@ impl Dialect for Postgres {
                 step: r.get(6),
                 message: r.get(7),
                 state_at: r.get(8),
+            })
+            .collect())
+    }
+
+    fn rules(client: &mut Client) -> Result<Vec<StoredRule>> {
+        let rows = client.query(
+            "SELECT id, project, body, by_whom, at FROM page_rules ORDER BY id",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| StoredRule {
+                id: r.get::<_, i64>(0) as u64,
+                project: r.get(1),
+                body: r.get(2),
+                by: r.get(3),
+                at: r.get(4),
             })
             .collect())
     }

@@ -135,6 +135,14 @@ CREATE TABLE IF NOT EXISTS alert_acks (
     at DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alert_acks_by_run ON alert_acks (run_key, at);
+-- Alert rules made in the page, per project (`alerts::custom`), as JSON.
+CREATE TABLE IF NOT EXISTS page_rules (
+    id BIGSERIAL PRIMARY KEY,
+    project TEXT NOT NULL,
+    body TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL
+);
 ",
 ];
 

@@ -260,6 +260,27 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             )?;
             Ok(Applied::Done)
         }
+        Command::AddRule {
+            project,
+            body,
+            by,
+            at,
+            ..
+        } => {
+            let row = tx.query_one(
+                "INSERT INTO page_rules (project, body, by_whom, at) VALUES ($1, $2, $3, $4) \
+                 RETURNING id",
+                &[project, body, by, at],
+            )?;
+            Ok(Applied::Key(row.get(0)))
+        }
+        Command::DeleteRule { project, id, .. } => {
+            let gone = tx.execute(
+                "DELETE FROM page_rules WHERE project = $1 AND id = $2",
+                &[project, &(*id as i64)],
+            )?;
+            Ok(Applied::Inserted(gone > 0))
+        }
         Command::MoveOrder {
             key,
             id,

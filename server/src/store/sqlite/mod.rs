@@ -11,7 +11,7 @@ mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
-use super::commands::{Acked, Row as CommandRow};
+use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
@@ -128,6 +128,21 @@ impl Dialect for Sqlite {
                 step: r.get(6)?,
                 message: r.get(7)?,
                 state_at: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    fn rules(conn: &mut Connection) -> Result<Vec<StoredRule>> {
+        let mut stmt = conn
+            .prepare_cached("SELECT id, project, body, by_whom, at FROM page_rules ORDER BY id")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(StoredRule {
+                id: r.get::<_, i64>(0)? as u64,
+                project: r.get(1)?,
+                body: r.get(2)?,
+                by: r.get(3)?,
+                at: r.get(4)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)

@@ -103,6 +103,14 @@ CREATE TABLE IF NOT EXISTS alert_acks (
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS alert_acks_by_run ON alert_acks (run_key, at);
+-- Alert rules made in the page, per project (`alerts::custom`), as JSON.
+CREATE TABLE IF NOT EXISTS page_rules (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    project TEXT NOT NULL,
+    body TEXT NOT NULL,
+    by_whom TEXT NOT NULL,
+    at REAL NOT NULL
+);
 ";
 
 /// Indexes created after [`migrate`] brought the tables they cover to this version.
@@ -128,7 +136,7 @@ const SCHEMA_VERSION: i64 = 5;
 /// are exact on old runs too. Version 2 found range reads through one widest span per run;
 /// version 3 through each batch's span class. Version 4 added console lines and samples
 /// (the `items` table, created by [`SCHEMA`], and the runs' console counts); version 5 the
-/// `commands` and `alert_acks` tables (created by [`SCHEMA`]). One transaction: an interrupted migration
+/// `commands`, `alert_acks` and `page_rules` tables (created by [`SCHEMA`]). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

@@ -213,6 +213,25 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             .execute(params![key, rule, by, mute_until, at])?;
             Ok(Applied::Done)
         }
+        Command::AddRule {
+            project,
+            body,
+            by,
+            at,
+            ..
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO page_rules (project, body, by_whom, at) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![project, body, by, at])?;
+            Ok(Applied::Key(tx.last_insert_rowid()))
+        }
+        Command::DeleteRule { project, id, .. } => {
+            let gone = tx
+                .prepare_cached("DELETE FROM page_rules WHERE project = ?1 AND id = ?2")?
+                .execute(params![project, *id as i64])?;
+            Ok(Applied::Inserted(gone > 0))
+        }
         Command::MoveOrder {
             key,
             id,
