@@ -87,7 +87,7 @@ impl PageRule {
                 return Err("a threshold must be a finite number".into())
             }
             When::Spike { factor, window }
-                if !(factor > 1.0 && factor.is_finite()) || !(3..=10_000).contains(&window) =>
+                if !(factor > 1.0 && factor.is_finite() && (3..=10_000).contains(&window)) =>
             {
                 return Err(
                     "a spike needs a factor above 1 and a window of 3 to 10000 points".into(),
