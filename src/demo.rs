@@ -7,6 +7,7 @@
 use anyhow::{Context, Result};
 use std::time::{Duration, Instant};
 use stepstream_collector::{Collector, Options, Outcome};
+use stepstream_protocol::Action;
 
 const INPUT: usize = 8;
 const HIDDEN: usize = 32;
@@ -111,6 +112,7 @@ pub fn train(
     steps: usize,
     rate: f64,
     seed: u64,
+    drift: bool,
 ) -> Result<(String, Outcome)> {
     let warmup = (steps / 10).max(1);
     let mut options = Options::new(hub, "demo", name);
@@ -141,7 +143,14 @@ pub fn train(
             for v in x.iter_mut() {
                 *v = rng.normal();
             }
-            *y = target(x) + 0.05 * rng.normal();
+            // A run whose labels go bad from 30% of its steps on (a data bug): its loss
+            // trends up, slowly, without ever blowing up: the divergence rule's case.
+            let noise = if drift && step > steps * 3 / 10 {
+                0.05 + 3.0 * (step - steps * 3 / 10) as f64 / steps as f64
+            } else {
+                0.05
+            };
+            *y = target(x) + noise * rng.normal();
         }
         let data_wait = t.elapsed().as_secs_f64();
         let lr = schedule(step, steps, warmup, peak_lr);
@@ -164,6 +173,14 @@ pub fn train(
             outcome = Outcome::Failed(format!("loss diverged to {loss} at step {step}"));
             break;
         }
+        // Commands from the page, the CLI or a rule: a checkpoint is the model's parameters
+        // as JSON; a stop ends the run `stopped`.
+        if run.has_commands() {
+            if let Some(stopped) = obey(&run, name, step, &model) {
+                outcome = stopped;
+                break;
+            }
+        }
         if let Some(period) = period {
             let due = started + period * (step as u32 + 1);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
@@ -178,18 +195,82 @@ pub fn train(
     Ok((id, outcome))
 }
 
+/// Acts on the commands delivered: saves a checkpoint (the parameters as JSON, in the temp
+/// folder), shows a note, and for a stop returns how the run ends.
+fn obey(run: &Collector, name: &str, step: usize, model: &Mlp) -> Option<Outcome> {
+    let mut stop = None;
+    for cmd in run.take_commands() {
+        let wants_checkpoint = matches!(
+            cmd.action,
+            Action::Checkpoint | Action::Stop { checkpoint: true }
+        );
+        let mut saved = String::new();
+        if wants_checkpoint {
+            let dir = std::env::temp_dir().join("stepstream-demo-checkpoints");
+            let path = dir.join(format!("{name}-step{step}.json"));
+            let written = std::fs::create_dir_all(&dir).and_then(|()| {
+                std::fs::write(&path, serde_json::to_vec(&model.params).unwrap_or_default())
+            });
+            match written {
+                Ok(()) => saved = format!("saved {}", path.display()),
+                Err(e) => saved = format!("no checkpoint: {e}"),
+            }
+        }
+        match &cmd.action {
+            Action::Stop { .. } => {
+                run.command_done(cmd.id, true, &format!("stopped at step {step}; {saved}"));
+                let why = if cmd.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", cmd.reason)
+                };
+                stop = Some(Outcome::Stopped(format!("stopped by {}{why}", cmd.by)));
+            }
+            Action::Checkpoint => run.command_done(cmd.id, saved.starts_with("saved"), &saved),
+            Action::Note { .. } => run.command_done(cmd.id, true, ""),
+        }
+    }
+    stop
+}
+
+/// The demo hub's alerts: a diverging run is stopped by rule 3 s after its divergence alert
+/// unless someone acknowledges it in the page (the run whose labels drift), and a stopped
+/// run's ending is noted with what the stop saved.
+pub fn alerts() -> stepstream_server::notify::AlertsConfig {
+    use stepstream_server::alerts::actions::{Act, Endings, RuleAction};
+    let stop = RuleAction {
+        act: Act::Stop,
+        grace_s: 3.0,
+        checkpoint: true,
+    };
+    stepstream_server::notify::AlertsConfig {
+        actions: [("divergence", stop)]
+            .into_iter()
+            .map(|(rule, a)| (rule.to_string(), a))
+            .collect(),
+        endings: Endings {
+            statuses: vec!["stopped".into()],
+            ..Endings::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// Runs the demo: the three trainings at once, against the hub at `hub`.
 pub fn run_all(hub: &str, steps: usize, rate: f64) -> Result<()> {
     let runs = [
-        ("mlp-lr0.02", 0.02, 1),
-        ("mlp-lr0.1", 0.1, 2),
-        ("mlp-lr0.6-diverges", 0.6, 3),
+        ("mlp-lr0.02", 0.02, 1, false),
+        ("mlp-lr0.1", 0.1, 2, false),
+        ("mlp-lr0.6-diverges", 0.6, 3, false),
+        ("mlp-labels-drift", 0.1, 4, true),
     ];
     let threads: Vec<_> = runs
         .into_iter()
-        .map(|(name, lr, seed)| {
+        .map(|(name, lr, seed, drift)| {
             let hub = hub.to_string();
-            std::thread::spawn(move || train(&hub, name, lr, steps, rate, seed).map(|r| (name, r)))
+            std::thread::spawn(move || {
+                train(&hub, name, lr, steps, rate, seed, drift).map(|r| (name, r))
+            })
         })
         .collect();
     for t in threads {

@@ -31,7 +31,8 @@ enum Command {
     /// Stream a metrics CSV (step,timestamp,loss,lr,...) or a MindFormers training log
     /// (--format mindformers) to a hub, following it as it grows.
     Tail(follow::TailArgs),
-    /// A live demo: a hub on loopback and three small trainings (one diverging) streaming to it.
+    /// A live demo: a hub on loopback and four small trainings streaming to it (one blows up;
+    /// one drifts and is stopped by a rule).
     Demo(DemoArgs),
     /// Import TensorBoard event files (tensorboardX, PyTorch, MindFormers, TF2 scalars) into a
     /// hub: one run per directory holding event files. Run it again on a growing directory
@@ -351,7 +352,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         fsync: false,
         commit_interval: stepstream_server::DEFAULT_COMMIT_INTERVAL,
         insecure_no_auth: false,
-        alerts: Default::default(),
+        alerts: demo::alerts(),
         allowed_hosts: Vec::new(),
         allowed_origins: Vec::new(),
         trusted_proxies: Vec::new(),
@@ -363,7 +364,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         .block_on(stepstream_server::start(settings))
         .context("cannot start the demo hub")?;
     let addr = running.addr;
-    println!("stepstream demo: open http://{addr}/ to watch three trainings live");
+    println!("stepstream demo: open http://{addr}/ to watch four trainings live");
     if !stepstream_server::web::embedded() {
         eprintln!("stepstream demo: this binary has no web app built in (run scripts/build-web); the JSON API is at http://{addr}/api/runs");
     }

@@ -3,12 +3,20 @@
 use crate::util::*;
 
 #[test]
-fn demo_trains_three_runs_and_one_diverges() {
+fn demo_trains_four_runs_one_diverges_and_a_rule_stops_the_one_whose_loss_drifts_up() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("demo.db");
     let port = free_port();
     let out = std::process::Command::new(BIN)
-        .args(["demo", "--steps", "400", "--rate", "0", "--exit-when-done"])
+        // Fast, but slow enough for the rule's 3 s grace period to pass mid-run.
+        .args([
+            "demo",
+            "--steps",
+            "2000",
+            "--rate",
+            "250",
+            "--exit-when-done",
+        ])
         .args(["--bind", &format!("127.0.0.1:{port}")])
         .arg("--db")
         .arg(&db)
@@ -32,7 +40,7 @@ fn demo_trains_three_runs_and_one_diverges() {
     hub.restart();
     let runs = hub.json("/api/runs");
     let runs = runs["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
+    assert_eq!(runs.len(), 4);
     for r in runs {
         let id = r["run_id"].as_str().unwrap();
         let name = r["name"].as_str().unwrap();
@@ -63,9 +71,34 @@ fn demo_trains_three_runs_and_one_diverges() {
             assert_eq!(r["status"], "failed", "{name}");
             assert!(r["status_message"].as_str().unwrap().contains("diverged"));
             assert!(*values.last().unwrap() > 10.0 * values[0]);
+        } else if name.contains("drift") {
+            // The divergence rule fired, nobody acknowledged it, and 3 s later it stopped the
+            // run (a checkpoint first), saying what the stop saved.
+            assert_eq!(r["status"], "stopped", "{name}: {r}");
+            let message = r["status_message"].as_str().unwrap();
+            assert!(
+                message.starts_with("stopped by rule:divergence"),
+                "{message}"
+            );
+            assert!(
+                message.contains("saved about") && message.contains("of 2000 steps left"),
+                "{message}"
+            );
+            let commands = hub.json(&format!("/api/runs/{id}/commands"));
+            let stop = &commands["commands"][0];
+            assert_eq!(
+                (stop["by"].as_str(), stop["state"].as_str()),
+                (Some("rule:divergence"), Some("honoured")),
+                "{commands}"
+            );
+            assert!(
+                stop["message"].as_str().unwrap().contains("saved"),
+                "{stop}"
+            );
+            assert!(r["records"].as_u64().unwrap() < 2000);
         } else {
             assert_eq!(r["status"], "finished", "{name}");
-            assert_eq!(r["records"], 400);
+            assert_eq!(r["records"], 2000);
             let head: f64 = values[..20].iter().sum::<f64>() / 20.0;
             let tail: f64 = values[values.len() - 20..].iter().sum::<f64>() / 20.0;
             assert!(tail < head / 3.0, "{name} learns: {head} -> {tail}");

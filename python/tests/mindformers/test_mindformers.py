@@ -203,3 +203,28 @@ def test_sink_mode_callback_and_tail(hub_module, tmp_path):
                              follow=False), sig=None)
     assert code == 0, err
     assert f"loss: {len(lines)} of {len(lines)} values stored" in err, err
+
+
+def test_a_mindformers_training_is_stopped_through_the_callback_with_a_checkpoint_first(hub_module, tmp_path):
+    """`stepstream stop` on a real MindFormers Trainer: the callback saves the train network
+    and asks MindSpore to stop at the step's end; the run ends `stopped`."""
+    hub = hub_module
+    out = tmp_path / "run"
+    ckpt = tmp_path / "ckpt"
+    os.environ["STEPSTREAM_CKPT"] = str(ckpt)
+    try:
+        proc = train(out, hub, "--steps", "3000", run_id="mf-stop", stepstream=True)
+    finally:
+        del os.environ["STEPSTREAM_CKPT"]
+    hub.wait("the training to stream", lambda: (hub.run("mf-stop").get("last_step") or 0) >= 5, timeout=300)
+    cli = subprocess.run([binary(), "stop", "mf-stop", "--hub", hub.url, "--by", "tester", "--wait", "120"],
+                         capture_output=True, text=True, timeout=180)
+    assert cli.returncode == 0, cli.stderr + cli.stdout
+    assert "stop honoured at step" in cli.stdout and "run mf-stop ended: stopped" in cli.stdout, cli.stdout
+    finish_training(proc, out)
+    info = hub.run("mf-stop")
+    assert info["status"] == "stopped" and info["last_step"] < 3000, info
+    saved = list(ckpt.glob("*.ckpt"))
+    assert saved, list(tmp_path.iterdir())
+    (cmd,) = hub.api("/api/runs/mf-stop/commands")["commands"]
+    assert cmd["state"] == "honoured" and saved[0].name in cmd["message"], cmd

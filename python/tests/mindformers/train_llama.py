@@ -117,8 +117,10 @@ callbacks = []
 if args.stepstream:
     from stepstream.mindspore import StepStreamCallback
 
+    # A stop or checkpoint command from the hub saves here (MindFormers' own saving is off).
     callbacks.append(StepStreamCallback(project="mindformers", name=os.environ.get("RUN_NAME", "tiny-llama"),
-                                        run_id=os.environ.get("RUN_ID")))
+                                        run_id=os.environ.get("RUN_ID"),
+                                        checkpoint_dir=os.environ.get("STEPSTREAM_CKPT") or None))
 
 trainer = Trainer(args=training, task="text_generation", model=model, train_dataset=dataset,
                   callbacks=callbacks)

@@ -92,13 +92,12 @@ impl Hub {
 
     /// Tells the channels `[endings]` names that a run ended, if it asks to.
     pub(super) fn tell_ending(&self, run: &Arc<Run>, status: RunStatus, message: Option<&str>) {
-        let (project, run_id, name, step, estimate) = run.state(|st| {
+        let (project, run_id, name, step) = run.state(|st| {
             (
                 st.identity.project.clone(),
                 st.identity.run_id.clone(),
                 st.identity.name.clone(),
                 st.tail.last_step.unwrap_or(0),
-                saved_hours(st),
             )
         });
         let Some(kinds) = self.endings.tells(&project, status.as_str()) else {
@@ -107,14 +106,6 @@ impl Hub {
         let mut text = format!("the run ended: {}", status.as_str());
         if let Some(m) = message.filter(|m| !m.is_empty()) {
             text.push_str(&format!(" ({m})"));
-        }
-        if status == RunStatus::Stopped {
-            if let Some((hours, left, total, per_step, devices)) = estimate {
-                text.push_str(&format!(
-                    "\nsaved about {hours:.2} accelerator-hours: {left} of {total} steps left at \
-                     {per_step:.3} s a step on {devices} device(s)"
-                ));
-            }
         }
         let notice = crate::notify::Notice {
             link: self
@@ -134,6 +125,20 @@ impl Hub {
         };
         self.notifier.send_to(notice, kinds);
     }
+}
+
+/// For a run that a command stopped: what the stop saved, to add to its status message.
+pub(super) fn saved_note(run: &Run) -> Option<String> {
+    let (hours, left, total, per_step, devices) = run.state(saved_hours)?;
+    let amount = if hours >= 0.1 {
+        format!("{hours:.1} accelerator-hours")
+    } else {
+        format!("{:.0} accelerator-seconds", hours * 3600.0)
+    };
+    Some(format!(
+        "; saved about {amount}: {left} of {total} steps left at {per_step:.3} s a step on \
+         {devices} device(s)"
+    ))
 }
 
 /// Config keys that give a run's planned number of steps.

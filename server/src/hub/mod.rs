@@ -498,6 +498,12 @@ impl Hub {
     ) -> Result<(), StoreError> {
         let now = unix_now();
         let mut message = message;
+        if status == RunStatus::Stopped {
+            // What stopping early saved, where the run's config says how long it would go.
+            if let Some(note) = actions::saved_note(run) {
+                message.get_or_insert_with(String::new).push_str(&note);
+            }
+        }
         if let Some(m) = message.as_mut() {
             truncate(m, self.limits.wire.name_bytes as usize * 8);
             // A failure's message may hold line feeds (a traceback), but never a NUL: PostgreSQL
