@@ -382,3 +382,66 @@ impl WaitOutput for std::process::Child {
         out
     }
 }
+
+/// A distributed job's ranks stopped from its row in the run list: one confirmation, a stop
+/// for every live rank, each rank's training answers and ends `stopped`.
+#[test]
+fn a_jobs_ranks_are_stopped_from_its_row_in_the_run_list() {
+    let hub = Hub::start(&[]);
+    let ranks: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let mut opts = Options::new(&hub.ws(), "jobs", "ddp");
+            opts.job = Some("job-7".into());
+            opts.rank = rank;
+            opts.world_size = 2;
+            let run = Collector::start(opts).unwrap();
+            std::thread::spawn(move || {
+                for step in 0..100_000 {
+                    run.log(step, &[("loss", 1.0)]);
+                    if let Some(stop) = run
+                        .take_commands()
+                        .into_iter()
+                        .find(|c| matches!(c.action, Action::Stop { .. }))
+                    {
+                        run.command_done(stop.id, true, &format!("stopped at step {step}"));
+                        let why = format!("stopped by {}: {}", stop.by, stop.reason);
+                        return run.finish(Outcome::Stopped(why));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                run.finish(Outcome::Finished)
+            })
+        })
+        .collect();
+    let mut page = crate::browser::Browser::open(&format!("http://{}/?lang=en", hub.addr()));
+    page.wait(
+        "the job's row with its stop button",
+        Duration::from_secs(20),
+        "document.querySelector('tr.job[data-job=\"job-7\"][data-ranks=\"2\"] button.job-stop') != null",
+    );
+    page.eval("document.querySelector('tr.job[data-job=\"job-7\"] button.job-stop').click()");
+    page.wait(
+        "the confirmation",
+        Duration::from_secs(5),
+        "document.querySelector('tr.job[data-job=\"job-7\"] .confirm-job-stop') != null",
+    );
+    page.eval("document.querySelector('tr.job[data-job=\"job-7\"] .confirm-job-stop').click()");
+    for r in ranks {
+        let report = r.join().unwrap();
+        assert!(report.delivered, "{report:?}");
+    }
+    let runs = hub.json("/api/runs");
+    let mut stopped = 0;
+    for r in runs["runs"].as_array().unwrap() {
+        assert_eq!(r["status"], "stopped", "{r}");
+        assert!(
+            r["status_message"]
+                .as_str()
+                .unwrap()
+                .contains("job job-7 stopped from the run list"),
+            "{r}"
+        );
+        stopped += 1;
+    }
+    assert_eq!(stopped, 2);
+}

@@ -134,6 +134,10 @@ fn rows(ctx: &Ctx) -> Vec<Row> {
 
 #[component]
 pub fn RunList(ctx: Ctx) -> impl IntoView {
+    // The job whose stop awaits confirmation, and what the last stop said: kept here, as the
+    // rows are drawn again with every list update.
+    let stopping = RwSignal::new(None::<String>);
+    let stop_said = RwSignal::new((String::new(), String::new()));
     let lang = ctx.lang;
     let header = move |col: Column, text: Text| {
         view! {
@@ -180,7 +184,7 @@ pub fn RunList(ctx: Ctx) -> impl IntoView {
                                 <tr class="project-row" data-project=p.clone()><td colspan="7">{p.clone()}</td></tr>
                             }.into_any(),
                             Row::Run(r, nested) => run_row(ctx, r, nested, &selected, now).into_any(),
-                            Row::Job(job, ranks) => job_row(ctx, job, ranks, &selected).into_any(),
+                            Row::Job(job, ranks) => job_row(ctx, job, ranks, &selected, (stopping, stop_said)).into_any(),
                         }).collect_view()
                     }}
                 </tbody>
@@ -223,7 +227,38 @@ fn run_row(ctx: Ctx, r: RunSummary, nested: bool, selected: &[RunId], now: f64) 
     }
 }
 
-fn job_row(ctx: Ctx, job: String, ranks: Vec<RunSummary>, selected: &[RunId]) -> impl IntoView {
+/// A job's stop, asked from its row: which job awaits confirmation, and what was said.
+type JobStop = (RwSignal<Option<String>>, RwSignal<(String, String)>);
+
+/// Stops every live rank of `job` through one of them (the hub finds the others).
+fn stop_job(job: String, project: String, rank: RunId, said: RwSignal<(String, String)>) {
+    let path = format!(
+        "/api/runs/{}/commands",
+        String::from(js_sys::encode_uri_component(rank.as_str()))
+    );
+    let body = serde_json::json!({"action": "stop", "job": true, "by": crate::write::my_name(),
+        "reason": format!("job {job} stopped from the run list")});
+    said.set((job.clone(), "sending…".into()));
+    wasm_bindgen_futures::spawn_local(async move {
+        let answer = crate::write::send("POST", &path, &project, Some(body.to_string())).await;
+        let text = match answer {
+            Ok(v) => format!(
+                "stop sent to {} ranks",
+                v["commands"].as_array().map_or(0, Vec::len)
+            ),
+            Err(e) => e,
+        };
+        said.set((job, text));
+    });
+}
+
+fn job_row(
+    ctx: Ctx,
+    job: String,
+    ranks: Vec<RunSummary>,
+    selected: &[RunId],
+    (stopping, said): JobStop,
+) -> impl IntoView {
     let lang = ctx.lang;
     let ids: Vec<RunId> = ranks.iter().map(|r| r.run_id.clone()).collect();
     let on = ids.iter().all(|id| selected.contains(id));
@@ -237,6 +272,12 @@ fn job_row(ctx: Ctx, job: String, ranks: Vec<RunSummary>, selected: &[RunId]) ->
     });
     let status = worst.unwrap_or(first.status);
     let last = ranks.iter().filter_map(|r| r.last_step).max();
+    // A live rank to send the job's stop through, and how many are live.
+    let live_n = ranks.iter().filter(|r| !r.status.is_terminal()).count();
+    let live = ranks
+        .iter()
+        .find(|r| !r.status.is_terminal())
+        .map(|r| r.run_id.clone());
     let n = ranks.len();
     let j = job.clone();
     let toggle_open = move |ev: leptos::ev::MouseEvent| {
@@ -260,7 +301,31 @@ fn job_row(ctx: Ctx, job: String, ranks: Vec<RunSummary>, selected: &[RunId]) ->
             <td class=format!("status {}", status.as_str())>{i18n::status(lang.get_untracked(), status)}</td>
             <td class="num">{last.map(|s| s.to_string()).unwrap_or_default()}</td>
             <td class="num">{loss(&first).map(value).unwrap_or_default()}</td>
-            <td></td>
+            <td class="job-stop">{live.map(|rank| {
+                let (j1, j2, j3) = (job.clone(), job.clone(), job.clone());
+                let project = first.project.clone();
+                view! {
+                    <Show when=move || stopping.get().as_deref() != Some(j1.as_str())
+                        fallback=move || {
+                            let (job, project, rank) = (j2.clone(), project.clone(), rank.clone());
+                            view! { <span class="confirm">{format!("stop {live_n} ranks? ")}
+                                <button class="confirm-job-stop" on:click=move |ev| {
+                                    ev.stop_propagation();
+                                    stopping.set(None);
+                                    stop_job(job.clone(), project.clone(), rank.clone(), said);
+                                }>"yes"</button>" "
+                                <button on:click=move |ev| { ev.stop_propagation(); stopping.set(None); }>"no"</button></span> }
+                        }>
+                        <button class="job-stop" title="stop every rank (a checkpoint first)" on:click={
+                            let j = j3.clone();
+                            move |ev: leptos::ev::MouseEvent| { ev.stop_propagation(); stopping.set(Some(j.clone())); }
+                        }>"stop…"</button>
+                    </Show>
+                }
+            })}<span class="job-stop-said">{
+                let j = job.clone();
+                move || said.with(|(which, text)| if *which == j { text.clone() } else { String::new() })
+            }</span></td>
         </tr>
     }
 }
