@@ -1082,3 +1082,63 @@ fn a_command_sent_through_one_hub_reaches_a_collector_on_another() {
         Some(&CommandState::Queued)
     );
 }
+
+/// A rule made in the page through hub B is in force on hub A, which judges the run (NATS
+/// tells A to read the rules again from PostgreSQL); its alert reaches a real receiver; an
+/// acknowledgement made through B is read by A.
+#[test]
+fn a_page_rule_added_through_one_hub_is_judged_by_another_on_postgres() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let hook = crate::rules::Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        format!("[[channels]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{}/hook\"\n", hook.port),
+    )
+    .unwrap();
+    let (store, bus) = (pg.url(), nats.url());
+    let args = ["--store", &store, "--nats", &bus, "--alerts", alerts.to_str().unwrap()];
+    let a = Hub::start(&args);
+    let b = Hub::start(&args);
+    let run = Collector::start(Options::new(&a.ws(), "fleet", "ruled")).unwrap();
+    assert!(run.wait_welcome(Duration::from_secs(30)).is_some());
+    let run_id = run.run_id().to_string();
+    for step in 0..10 {
+        run.log(step, &[("loss", 1.0)]);
+    }
+    run.flush();
+    wait_for("the run on B", Duration::from_secs(30), || b.run_json(&run_id));
+    let body = r#"{"rule":{"name":"too high","metric":"loss","when":{"above":5}},"by":"ops"}"#;
+    let r = http_request_body(
+        &b.addr(),
+        "POST",
+        "/api/projects/fleet/rules",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    // In force on A (which judges the run) within a second or so of being told.
+    let mut step = 10;
+    wait_for("the rule's alert at the receiver", Duration::from_secs(20), || {
+        run.log(step, &[("loss", 9.0)]);
+        run.flush();
+        step += 1;
+        std::thread::sleep(Duration::from_millis(50));
+        hook.find("custom:too high", "fired")
+    });
+    let listed = a.json("/api/projects/fleet/rules");
+    assert_eq!(listed["rules"][0]["rule"]["name"], "too high", "{listed}");
+    let ack = http_request_body(
+        &b.addr(),
+        "POST",
+        &format!("/api/runs/{run_id}/alerts/custom:too%20high/ack"),
+        &[("Content-Type", "application/json")],
+        br#"{"by":"ops","mute_hours":2}"#,
+    );
+    assert_eq!(ack.status, 200, "{}", ack.text());
+    let acks = a.json(&format!("/api/runs/{run_id}/alerts"))["acks"].clone();
+    assert_eq!(acks[0]["by"], "ops", "{acks}");
+    assert!(run.finish(Outcome::Finished).delivered);
+}
