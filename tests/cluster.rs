@@ -1095,11 +1095,21 @@ fn a_page_rule_added_through_one_hub_is_judged_by_another_on_postgres() {
     let alerts = dir.path().join("alerts.toml");
     std::fs::write(
         &alerts,
-        format!("[[channels]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{}/hook\"\n", hook.port),
+        format!(
+            "[[channels]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{}/hook\"\n",
+            hook.port
+        ),
     )
     .unwrap();
     let (store, bus) = (pg.url(), nats.url());
-    let args = ["--store", &store, "--nats", &bus, "--alerts", alerts.to_str().unwrap()];
+    let args = [
+        "--store",
+        &store,
+        "--nats",
+        &bus,
+        "--alerts",
+        alerts.to_str().unwrap(),
+    ];
     let a = Hub::start(&args);
     let b = Hub::start(&args);
     let run = Collector::start(Options::new(&a.ws(), "fleet", "ruled")).unwrap();
@@ -1109,7 +1119,9 @@ fn a_page_rule_added_through_one_hub_is_judged_by_another_on_postgres() {
         run.log(step, &[("loss", 1.0)]);
     }
     run.flush();
-    wait_for("the run on B", Duration::from_secs(30), || b.run_json(&run_id));
+    wait_for("the run on B", Duration::from_secs(30), || {
+        b.run_json(&run_id)
+    });
     let body = r#"{"rule":{"name":"too high","metric":"loss","when":{"above":5}},"by":"ops"}"#;
     let r = http_request_body(
         &b.addr(),
@@ -1121,13 +1133,17 @@ fn a_page_rule_added_through_one_hub_is_judged_by_another_on_postgres() {
     assert_eq!(r.status, 201, "{}", r.text());
     // In force on A (which judges the run) within a second or so of being told.
     let mut step = 10;
-    wait_for("the rule's alert at the receiver", Duration::from_secs(20), || {
-        run.log(step, &[("loss", 9.0)]);
-        run.flush();
-        step += 1;
-        std::thread::sleep(Duration::from_millis(50));
-        hook.find("custom:too high", "fired")
-    });
+    wait_for(
+        "the rule's alert at the receiver",
+        Duration::from_secs(20),
+        || {
+            run.log(step, &[("loss", 9.0)]);
+            run.flush();
+            step += 1;
+            std::thread::sleep(Duration::from_millis(50));
+            hook.find("custom:too high", "fired")
+        },
+    );
     let listed = a.json("/api/projects/fleet/rules");
     assert_eq!(listed["rules"][0]["rule"]["name"], "too high", "{listed}");
     let ack = http_request_body(

@@ -440,3 +440,70 @@ async fn one_wide_batch_does_not_widen_later_range_reads() {
         vec![i64::MIN, 5]
     );
 }
+
+/// A command's state only moves forward and never out of a final state; a run's end expires
+/// only its unfinished commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commands_state_only_moves_forward() {
+    use stepstream_protocol::{Action, CommandState as S};
+    let (store, _dir) = sqlite_store(Duration::ZERO);
+    let key = store
+        .upsert_run(test_identity("cmd", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let add = |action| {
+        let store = store.clone();
+        async move {
+            store
+                .add_command(key, action, "ann".into(), "why".into(), 1.0)
+                .await
+                .unwrap()
+                .committed()
+                .await
+                .unwrap()
+        }
+    };
+    let set = |id: Option<u64>, state| {
+        let store = store.clone();
+        async move {
+            store
+                .set_command(key, id, state, Some(7), format!("{state:?}"), 2.0)
+                .await
+                .unwrap()
+                .committed()
+                .await
+                .unwrap()
+        }
+    };
+    let stop = add(Action::Stop { checkpoint: true }).await;
+    let note = add(Action::Note { text: "n".into() }).await;
+    let save = add(Action::Checkpoint).await;
+    assert!(stop < note && note < save, "ids grow");
+    assert!(set(Some(stop), S::Delivered).await);
+    assert!(!set(Some(stop), S::Queued).await, "never back");
+    assert!(
+        !set(Some(stop), S::Delivered).await,
+        "a repeat changes nothing"
+    );
+    assert!(set(Some(stop), S::Honoured).await);
+    assert!(!set(Some(stop), S::Declined).await, "a final state stays");
+    assert!(set(Some(note), S::Delivered).await);
+    // The run ends: the unfinished ones expire, the honoured one stays honoured.
+    assert!(set(None, S::Expired).await);
+    let states: Vec<_> = store
+        .commands(key, RunId::new("cmd").unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.command.id, c.state, c.step))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (stop, S::Honoured, Some(7)),
+            (note, S::Expired, Some(7)),
+            (save, S::Expired, Some(7))
+        ]
+    );
+    assert!(!set(None, S::Expired).await, "nothing left to expire");
+}
