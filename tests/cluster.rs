@@ -6,12 +6,10 @@
 //! not three; hub C lists every run.
 
 use crate::util::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use stepstream_collector::{Collector, Options, Outcome};
 use stepstream_protocol::*;
@@ -193,51 +191,6 @@ fn balancer(port: u16, hubs: &[u16]) -> Nginx {
     nginx(port, &servers.join("\n"))
 }
 
-/// A real HTTP receiver for the webhook channel: counts the notices naming `rule` fired.
-struct Hook {
-    port: u16,
-    fired: Arc<AtomicUsize>,
-}
-
-impl Hook {
-    fn start(rule: &'static str) -> Hook {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let fired = Arc::new(AtomicUsize::new(0));
-        let count = fired.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let mut reader = BufReader::new(stream);
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        break;
-                    }
-                    let lower = line.to_ascii_lowercase();
-                    if let Some(v) = lower.strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
-                let notice: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                if notice["rule"] == rule && notice["state"] == "fired" {
-                    count.fetch_add(1, Ordering::SeqCst);
-                }
-                let mut stream = reader.into_inner();
-                let _ = stream.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
-            }
-        });
-        Hook { port, fired }
-    }
-}
-
 const STEPS: i64 = 6_000;
 
 /// A collector streaming `STEPS` steps to `url` for a few seconds, on its own thread.
@@ -269,7 +222,7 @@ fn watch(hub: &Hub, run_id: &RunId) -> Viewer {
 fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
     let pg = Postgres::start();
     let nats = Nats::start();
-    let hook = Hook::start("stale");
+    let hook = crate::rules::Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let alerts = dir.path().join("alerts.toml");
     std::fs::write(
@@ -409,7 +362,7 @@ fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
     );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(stale_alerts(&c), 1);
-    assert_eq!(hook.fired.load(Ordering::SeqCst), 1, "stale notices sent");
+    assert_eq!(hook.count("stale", "fired"), 1, "stale notices sent");
 
     // Its judge dies: hub C takes the lease over and judges it failed at 12 s of silence.
     let mut b = b;

@@ -53,6 +53,16 @@ impl Receiver {
         Receiver { port, bodies }
     }
 
+    /// How many notices with this `rule` and `state` came.
+    pub fn count(&self, rule: &str, state: &str) -> usize {
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(b, _)| b["rule"] == rule && b["state"] == state)
+            .count()
+    }
+
     /// The first notice whose `rule` and `state` are these.
     pub fn find(&self, rule: &str, state: &str) -> Option<(serde_json::Value, Instant)> {
         self.bodies

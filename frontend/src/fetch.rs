@@ -57,10 +57,9 @@ pub fn api_url(path_and_query: &str) -> String {
     url
 }
 
-/// GETs a JSON document.
-pub async fn get_json(url: String) -> Result<Value, String> {
-    let window = web_sys::window().ok_or("no window")?;
-    let resp = JsFuture::from(window.fetch_with_str(&url))
+/// A fetch's response, awaited: its status and its body as text.
+pub async fn answered(fetching: js_sys::Promise) -> Result<(u16, String), String> {
+    let resp = JsFuture::from(fetching)
         .await
         .map_err(|e| format!("{e:?}"))?;
     let resp: web_sys::Response = resp.dyn_into().map_err(|_| "not a response")?;
@@ -69,8 +68,15 @@ pub async fn get_json(url: String) -> Result<Value, String> {
         .map_err(|e| format!("{e:?}"))?
         .as_string()
         .unwrap_or_default();
-    if !resp.ok() {
-        return Err(format!("HTTP {}: {text}", resp.status()));
+    Ok((resp.status(), text))
+}
+
+/// GETs a JSON document.
+pub async fn get_json(url: String) -> Result<Value, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let (status, text) = answered(window.fetch_with_str(&url)).await?;
+    if !(200..300).contains(&status) {
+        return Err(format!("HTTP {status}: {text}"));
     }
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }

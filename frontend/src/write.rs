@@ -3,9 +3,7 @@
 //! for one once and keeps it for the tab's session (never in the address bar, never the
 //! page's read token).
 
-use crate::fetch::api_base;
-use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
+use crate::fetch::{answered, api_base};
 
 const WRITE_TOKEN_KEY: &str = "stepstream.write_token";
 const NAME_KEY: &str = "stepstream.name";
@@ -57,16 +55,7 @@ async fn request(
         init.set_body(&wasm_bindgen::JsValue::from_str(b));
     }
     let url = format!("{}{path}", api_base());
-    let resp = JsFuture::from(window.fetch_with_str_and_init(&url, &init))
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(|_| "not a response")?;
-    let text = JsFuture::from(resp.text().map_err(|e| format!("{e:?}"))?)
-        .await
-        .map_err(|e| format!("{e:?}"))?
-        .as_string()
-        .unwrap_or_default();
-    Ok((resp.status(), text))
+    answered(window.fetch_with_str_and_init(&url, &init)).await
 }
 
 /// Sends a write, asking once for a write token of `project` if the hub wants one: the

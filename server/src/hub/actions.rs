@@ -108,11 +108,7 @@ impl Hub {
             text.push_str(&format!(" ({m})"));
         }
         let notice = crate::notify::Notice {
-            link: self
-                .notifier
-                .public_url
-                .as_ref()
-                .map(|u| format!("{}/?run={run_id}", u.trim_end_matches('/'))),
+            link: self.notifier.link(run_id.as_str()),
             run_id: run_id.to_string(),
             project,
             run_name: name,

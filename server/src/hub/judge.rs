@@ -212,11 +212,7 @@ impl Hub {
         // Muted (acknowledged for some hours): stored and shown, not sent.
         let muted = crate::store::Acked::mutes(&acks, rule, alert.at);
         let notice = (!muted).then(|| crate::notify::Notice {
-            link: self
-                .notifier
-                .public_url
-                .as_ref()
-                .map(|u| format!("{}/?run={run_id}", u.trim_end_matches('/'))),
+            link: self.notifier.link(run_id.as_str()),
             run_id: run_id.to_string(),
             project,
             run_name: name,

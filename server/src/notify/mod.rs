@@ -189,6 +189,13 @@ impl Notifier {
         }
     }
 
+    /// The page's address for a run, for a notice (with `public_url`).
+    pub fn link(&self, run_id: &str) -> Option<String> {
+        self.public_url
+            .as_ref()
+            .map(|u| format!("{}/?run={run_id}", u.trim_end_matches('/')))
+    }
+
     /// Queues a notice for every channel; never waits.
     pub fn send(&self, notice: Notice) {
         self.send_to(notice, &[]);
