@@ -445,3 +445,70 @@ fn a_jobs_ranks_are_stopped_from_its_row_in_the_run_list() {
     }
     assert_eq!(stopped, 2);
 }
+
+/// A rule action pending when its hub is SIGKILLed is not forgotten: the restarted hub finds
+/// it in what it stored (the alert, no acknowledgement, no command of the rule's yet) and
+/// acts when what was left of the grace period has passed.
+#[test]
+fn a_rule_action_pending_across_a_hub_restart_is_carried_out_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        "[actions.non_finite]\nact = \"stop\"\ngrace_s = 4\n",
+    )
+    .unwrap();
+    let mut hub = Hub::start(&["--alerts", alerts.to_str().unwrap()]);
+    let mut opts = Options::new(&hub.ws(), "p", "nan");
+    opts.run_id = Some(RunId::new("nan-across").unwrap());
+    let run = Collector::start(opts).unwrap();
+    for step in 0..5 {
+        run.log(step, &[("loss", 1.0)]);
+    }
+    run.log(5, &[("loss", f64::NAN)]);
+    run.flush();
+    let fired = wait_for("the NaN alert", Duration::from_secs(20), || {
+        hub.run_json("nan-across")?;
+        let alerts = hub.json("/api/runs/nan-across/alerts");
+        alerts["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| a["rule"] == "non_finite" && a["state"] == "fired")
+            .and_then(|a| a["at"].as_f64())
+    });
+    hub.kill9();
+    hub.restart();
+    let mut step = 6;
+    let mut taken = Vec::new();
+    wait_for(
+        "the rule's stop after the restart",
+        Duration::from_secs(20),
+        || {
+            run.log(step, &[("loss", 1.0)]);
+            step += 1;
+            taken.extend(run.take_commands());
+            std::thread::sleep(Duration::from_millis(20));
+            (!taken.is_empty()).then_some(())
+        },
+    );
+    let waited = stepstream_protocol::unix_now() - fired;
+    assert!(
+        waited >= 3.9,
+        "acted after {waited:.2} s, before the grace period passed"
+    );
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].by, "rule:non_finite");
+    run.command_done(taken[0].id, true, "stopped");
+    // Once: no second stop comes, the restarted hub's and a stale timer's alike.
+    assert!(take_within(&run, Duration::from_secs(1)).is_empty());
+    assert!(
+        run.finish(Outcome::Stopped("stopped by rule:non_finite".into()))
+            .delivered
+    );
+    let commands = hub.json("/api/runs/nan-across/commands");
+    assert_eq!(
+        commands["commands"].as_array().unwrap().len(),
+        1,
+        "{commands}"
+    );
+}

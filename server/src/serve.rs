@@ -124,6 +124,11 @@ pub async fn start(
         path: where_.clone(),
         source,
     })?;
+    // A lone hub judges every run: the rule actions pending when it stopped wait again.
+    // (In a cluster, each hub does so for the runs whose judging it takes.)
+    if settings.nats.is_none() {
+        hub.resume_actions(None).await;
+    }
     if let Some(url) = &settings.nats {
         if !hub.store.shared() {
             return Err(cluster::ClusterError::NotShared.into());

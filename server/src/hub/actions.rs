@@ -1,7 +1,9 @@
-//! What an alert does besides notify (`[actions.RULE]`): once its grace period passed with
-//! nobody acknowledging it, the rule stops the run or saves
+//! What an alert does besides notify (`[actions.RULE]`, or a page rule's action): once its
+//! grace period passed with nobody acknowledging it, the rule stops the run or saves
 //! a checkpoint, through the same commands a person sends (`commands.rs`), signed
-//! `rule:NAME`. And the notices of a run's ending (`[endings]`), with, for a stopped run,
+//! `rule:NAME`. A pending act is kept in what the store holds (the alert, the
+//! acknowledgements, the commands signed by the rule), so a restarted hub, or one taking a
+//! run's judging over, schedules it again ([`Hub::resume_actions`]). And the notices of a run's ending (`[endings]`), with, for a stopped run,
 //! the accelerator hours its stop saved.
 
 use super::{Hub, Run};
@@ -15,6 +17,70 @@ impl Hub {
     /// The action `rule` carries, if configured.
     pub(super) fn action_of(&self, rule: &str) -> Option<RuleAction> {
         self.actions.get(rule).cloned()
+    }
+
+    /// The action a stored alert's rule name carries: a built-in rule's `[actions.RULE]`, or
+    /// the page rule it names (`custom:NAME`, `custom:NAME/METRIC`) in the run's project.
+    fn action_for_alert(&self, project: &str, rule: &str) -> Option<RuleAction> {
+        match rule.strip_prefix("custom:") {
+            Some(rest) => {
+                let name = rest.split('/').next().unwrap_or(rest);
+                self.rules_of(project)
+                    .iter()
+                    .find(|(_, r)| r.name == name)
+                    .and_then(|(_, r)| r.action.clone())
+            }
+            None => self.action_of(rule),
+        }
+    }
+
+    /// Schedules again the rule actions a judge had pending on these runs (all it judges
+    /// when `None`): after a restart, or when this hub takes over a run's judging. They are
+    /// found in what the store holds: an alert that fired with an action configured, not
+    /// acknowledged since and not yet acted on (no command signed by its rule since); what
+    /// is left of its grace period is waited out, and none if it passed.
+    pub async fn resume_actions(&self, keys: Option<&[crate::store::RunKey]>) {
+        if self.actions.is_empty() && self.page_rules.read().map_or(true, |r| r.is_empty()) {
+            return;
+        }
+        let runs: Vec<_> = self
+            .runs()
+            .into_iter()
+            .filter(|r| keys.is_none_or(|k| k.contains(&r.key)))
+            .filter(|r| !r.state(|st| st.status.is_terminal()) && self.judges(r.key))
+            .collect();
+        for run in runs {
+            let (run_id, project) =
+                run.state(|st| (st.identity.run_id.clone(), st.identity.project.clone()));
+            let (Ok(alerts), Ok(acks), Ok(commands)) = (
+                self.store.alerts(run.key, run_id.clone()).await,
+                self.store.acks(run.key).await,
+                self.store.commands(run.key, run_id.clone()).await,
+            ) else {
+                tracing::warn!(run = %run_id, "could not read a run's alerts to resume its rule actions");
+                continue;
+            };
+            // The latest firing of each rule.
+            let mut latest: std::collections::HashMap<&str, f64> = Default::default();
+            for a in alerts.iter().filter(|a| a.fired) {
+                latest.insert(a.rule.as_str(), a.at);
+            }
+            for (rule, fired_at) in latest {
+                let Some(action) = self.action_for_alert(&project, rule) else {
+                    continue;
+                };
+                let signed = format!("rule:{rule}");
+                let acted = commands
+                    .iter()
+                    .any(|c| c.command.by == signed && c.command.issued_at >= fired_at);
+                if acted || Acked::acknowledged(&acks, rule, fired_at) {
+                    continue;
+                }
+                let left = (fired_at + action.grace_s - unix_now()).max(0.0);
+                tracing::info!(run = %run_id, rule, left_s = left, "rule action resumed");
+                self.act_after(&run, rule, action, fired_at, left);
+            }
+        }
     }
 
     /// Says in the alert's notice what will happen, and schedules it after the grace period.
@@ -35,11 +101,23 @@ impl Hub {
             "\n(rule action: will {what} in {:.0} s unless the alert is acknowledged)",
             action.grace_s
         ));
+        self.act_after(run, rule, action.clone(), fired_at, action.grace_s);
+    }
+
+    /// Acts for `rule`'s alert fired at `fired_at` once `wait_s` seconds passed.
+    fn act_after(
+        &self,
+        run: &Arc<Run>,
+        rule: &str,
+        action: RuleAction,
+        fired_at: f64,
+        wait_s: f64,
+    ) {
         let hub = self.me.clone();
         let run = run.clone();
         let rule = rule.to_string();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs_f64(action.grace_s)).await;
+            tokio::time::sleep(Duration::from_secs_f64(wait_s)).await;
             if let Some(hub) = hub.upgrade() {
                 hub.act(&run, &rule, action, fired_at).await;
             }
@@ -54,6 +132,21 @@ impl Hub {
         let (run_id, status) = run.state(|st| (st.identity.run_id.clone(), st.status));
         if status.is_terminal() {
             tracing::info!(run = %run_id, rule, "rule action called off: the run ended");
+            return;
+        }
+        if !self.judges(run.key) {
+            // Another hub judges the run now; it resumed the action when it took it over.
+            return;
+        }
+        let signed = format!("rule:{rule}");
+        let acted = match self.store.commands(run.key, run_id.clone()).await {
+            Ok(c) => c
+                .iter()
+                .any(|c| c.command.by == signed && c.command.issued_at >= fired_at),
+            Err(_) => false,
+        };
+        if acted {
+            // Resumed after a restart as well as scheduled before it: once is enough.
             return;
         }
         match self.store.acks(run.key).await {

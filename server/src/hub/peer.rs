@@ -109,12 +109,24 @@ impl Hub {
         match self.store.judge_leases(self.hub_id(), LEASE_TTL_S).await {
             Ok(Some(keys)) => {
                 let keys: HashSet<RunKey> = keys.into_iter().collect();
-                let mut judging = self.judging.lock().unwrap_or_else(|e| e.into_inner());
-                let before = judging.as_ref().map_or(0, |k| k.len());
-                if keys.len() != before {
-                    tracing::info!(runs = keys.len(), "runs this hub judges");
+                let gained: Vec<RunKey> = {
+                    let mut judging = self.judging.lock().unwrap_or_else(|e| e.into_inner());
+                    let before = judging.as_ref().map_or(0, |k| k.len());
+                    if keys.len() != before {
+                        tracing::info!(runs = keys.len(), "runs this hub judges");
+                    }
+                    let gained = keys
+                        .iter()
+                        .filter(|k| !judging.as_ref().is_some_and(|j| j.contains(k)))
+                        .copied()
+                        .collect();
+                    *judging = Some(keys);
+                    gained
+                };
+                // Runs taken over from a hub that went away: their pending rule actions.
+                if !gained.is_empty() {
+                    self.resume_actions(Some(&gained)).await;
                 }
-                *judging = Some(keys);
             }
             Ok(None) => {}
             // Unrenewed leases lapse and another hub judges: better than two judges.
@@ -133,13 +145,20 @@ impl Hub {
         }
         match self.store.take_lease(self.hub_id(), key).await {
             Ok(()) => {
-                if let Some(mine) = self
+                let gained = self
                     .judging
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .as_mut()
-                {
-                    mine.insert(key);
+                    .is_some_and(|mine| mine.insert(key));
+                if gained {
+                    // Its pending rule actions are this hub's now (off the hello's path).
+                    let hub = self.me.clone();
+                    tokio::spawn(async move {
+                        if let Some(hub) = hub.upgrade() {
+                            hub.resume_actions(Some(&[key])).await;
+                        }
+                    });
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not take a run's judge lease"),
