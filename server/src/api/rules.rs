@@ -33,12 +33,11 @@ fn may_write(app: &AppState, token: &Option<String>, project: &str) -> Result<()
 
 fn checked(rule: &PageRule, app: &AppState) -> Result<(), ApiError> {
     rule.check().map_err(ApiError::BadRequest)?;
-    let kinds = &app.hub.alerts_view.0;
     for c in &rule.channels {
-        if !kinds.contains(&c.as_str()) {
+        if !app.hub.has_channel(c) {
             return Err(ApiError::BadRequest(format!(
                 "this hub has no {c:?} channel (it has: {})",
-                kinds.join(", ")
+                app.hub.alerts_view.0.join(", ")
             )));
         }
     }

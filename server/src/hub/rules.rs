@@ -79,15 +79,29 @@ impl Hub {
         Ok(())
     }
 
-    /// Queues a notice on the channels of these kinds (all when empty); the kinds it went to.
-    pub fn notify_to(&self, notice: crate::notify::Notice, kinds: &[String]) -> Vec<&'static str> {
+    /// Queues a notice on the channels these names or kinds pick (all when empty); the
+    /// labels of those it went to.
+    pub fn notify_to(&self, notice: crate::notify::Notice, kinds: &[String]) -> Vec<String> {
         self.notifier.send_to(notice, kinds);
         self.alerts_view
             .0
             .iter()
-            .copied()
-            .filter(|k| kinds.is_empty() || kinds.iter().any(|w| w == k))
+            .zip(&self.channel_pickers)
+            .filter(|(_, (name, kind))| {
+                kinds.is_empty()
+                    || kinds
+                        .iter()
+                        .any(|w| w == kind || name.as_deref() == Some(w.as_str()))
+            })
+            .map(|(label, _)| label.clone())
             .collect()
+    }
+
+    /// Whether `wanted` names a configured channel or the kind of one.
+    pub fn has_channel(&self, wanted: &str) -> bool {
+        self.channel_pickers
+            .iter()
+            .any(|(name, kind)| *kind == wanted || name.as_deref() == Some(wanted))
     }
 
     /// Judges the project's page rules on a batch's records; the alerts to raise, as

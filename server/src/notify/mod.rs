@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 #[serde(default, deny_unknown_fields)]
 pub struct AlertsConfig {
     pub rules: crate::alerts::Rules,
-    pub channels: Vec<Channel>,
+    pub channels: Vec<NamedChannel>,
     /// Base URL of the web app, for links in messages (e.g. `http://hub.lab:7070`).
     pub public_url: Option<String>,
     /// Attempts per notice and channel (with exponential backoff from 0.5 s).
@@ -44,9 +44,10 @@ pub struct AlertsConfig {
 }
 
 impl AlertsConfig {
-    /// The kinds of the configured channels, in order: all the page may know of them.
-    pub fn channel_kinds(&self) -> Vec<&'static str> {
-        self.channels.iter().map(Channel::name).collect()
+    /// The configured channels' labels (their `name`, else their kind), in order: all the
+    /// page may know of them.
+    pub fn channel_kinds(&self) -> Vec<String> {
+        self.channels.iter().map(NamedChannel::label).collect()
     }
 
     /// The rules, actions and endings of the alerts file as TOML, for the page to show
@@ -73,8 +74,29 @@ impl AlertsConfig {
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         crate::alerts::actions::check(&config.actions, &config.endings)
             .map_err(|e| format!("{}: {e}", path.display()))?;
+        let labels = config.channel_kinds();
+        for (i, label) in labels.iter().enumerate() {
+            if labels[..i].contains(label) && config.channels[i].name.is_some() {
+                return Err(format!(
+                    "{}: two channels are named {label:?}: give each its own name",
+                    path.display()
+                ));
+            }
+        }
+        for wanted in &config.endings.channels {
+            let known = labels.iter().any(|l| l == wanted)
+                || config.channels.iter().any(|c| c.channel.name() == wanted);
+            if !known {
+                return Err(format!(
+                    "{}: [endings] names channel {wanted:?}, which is neither a channel's name \
+                     nor the kind of one (there are: {})",
+                    path.display(),
+                    labels.join(", ")
+                ));
+            }
+        }
         for c in &config.channels {
-            if let Channel::Email(mail) = c {
+            if let Channel::Email(mail) = &c.channel {
                 mail.check()
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
@@ -98,6 +120,44 @@ pub enum Channel {
     Slack { url: String },
     /// Email over SMTP.
     Email(Mail),
+}
+
+/// A channel and the name the operator gave it (`name = "oncall-slack"` in its table), by
+/// which `[endings]` and the page's rules pick it; unnamed, its kind names it.
+#[derive(Clone, Debug)]
+pub struct NamedChannel {
+    pub name: Option<String>,
+    pub channel: Channel,
+}
+
+impl NamedChannel {
+    /// Its name, else its kind.
+    pub fn label(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.channel.name().to_string())
+    }
+
+    /// Whether `wanted` (a name or a kind) picks this channel.
+    pub fn picked_by(&self, wanted: &str) -> bool {
+        self.name.as_deref() == Some(wanted) || self.channel.name() == wanted
+    }
+}
+
+impl<'de> Deserialize<'de> for NamedChannel {
+    /// The channel's table with its `name` taken out; the rest is the channel, checked as
+    /// strictly as ever.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = toml::Table::deserialize(d)?;
+        let name = match table.remove("name") {
+            None => None,
+            Some(toml::Value::String(s)) if !s.trim().is_empty() && s.len() <= 64 => Some(s),
+            Some(_) => return Err(D::Error::custom("a channel's name is 1 to 64 characters")),
+        };
+        let channel = Channel::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+        Ok(NamedChannel { name, channel })
+    }
 }
 
 impl Channel {
@@ -140,7 +200,8 @@ fn deliver(channel: &Channel, n: &Notice) -> Result<(), String> {
 /// Fans notices out to the channels.
 #[derive(Clone, Default)]
 pub struct Notifier {
-    queues: Vec<(&'static str, mpsc::Sender<Notice>)>,
+    /// Each channel's queue, with what picks it: its name and its kind.
+    queues: Vec<(Option<String>, &'static str, mpsc::Sender<Notice>)>,
     pub public_url: Option<String>,
 }
 
@@ -151,10 +212,11 @@ impl Notifier {
             .channels
             .iter()
             .cloned()
-            .map(|channel| {
+            .map(|named| {
                 let (tx, mut rx) = mpsc::channel::<Notice>(1024);
-                let name = channel.name();
-                let channel = Arc::new(channel);
+                let name = named.channel.name();
+                let label = named.name.clone();
+                let channel = Arc::new(named.channel);
                 tokio::spawn(async move {
                     while let Some(notice) = rx.recv().await {
                         let mut delay = Duration::from_millis(500);
@@ -180,7 +242,7 @@ impl Notifier {
                         }
                     }
                 });
-                (name, tx)
+                (label, name, tx)
             })
             .collect();
         Notifier {
@@ -201,10 +263,14 @@ impl Notifier {
         self.send_to(notice, &[]);
     }
 
-    /// Queues a notice for the channels of these kinds (every channel when empty).
+    /// Queues a notice for the channels these names or kinds pick (every channel when
+    /// empty).
     pub fn send_to(&self, notice: Notice, kinds: &[String]) {
-        for (name, q) in &self.queues {
-            if !kinds.is_empty() && !kinds.iter().any(|k| k == name) {
+        for (label, name, q) in &self.queues {
+            let picked = kinds
+                .iter()
+                .any(|k| k == name || label.as_deref() == Some(k.as_str()));
+            if !kinds.is_empty() && !picked {
                 continue;
             }
             if q.try_send(notice.clone()).is_err() {
@@ -375,6 +441,39 @@ mod tests {
         assert!(
             toml::from_str::<AlertsConfig>("[rules.nope]\nx = 1").is_err(),
             "typos are errors"
+        );
+    }
+}
+
+#[cfg(test)]
+mod named {
+    #[test]
+    fn channels_are_picked_by_name_or_kind_and_names_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |text: &str| {
+            let path = dir.path().join("alerts.toml");
+            std::fs::write(&path, text).unwrap();
+            super::AlertsConfig::load(&path)
+        };
+        let two = "[[channels]]\nkind = \"webhook\"\nname = \"oncall\"\nurl = \"http://a\"\n\
+                   [[channels]]\nkind = \"webhook\"\nname = \"team\"\nurl = \"http://b\"\n";
+        let cfg = load(&format!(
+            "{two}[endings]\nstatuses = [\"stopped\"]\nchannels = [\"oncall\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.channel_kinds(), vec!["oncall", "team"]);
+        assert!(cfg.channels[0].picked_by("oncall") && cfg.channels[0].picked_by("webhook"));
+        assert!(!cfg.channels[1].picked_by("oncall"));
+        let err = load(&format!(
+            "{two}[endings]\nstatuses = [\"stopped\"]\nchannels = [\"pager\"]\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("neither a channel's name"), "{err}");
+        let err = load("[[channels]]\nkind = \"slack\"\nname = \"x\"\nurl = \"http://a\"\n[[channels]]\nkind = \"webhook\"\nname = \"x\"\nurl = \"http://b\"\n").unwrap_err();
+        assert!(err.contains("two channels are named"), "{err}");
+        // A typo in a channel's table is still an error, its name taken out or not.
+        assert!(
+            load("[[channels]]\nkind = \"webhook\"\nname = \"a\"\nurll = \"http://a\"\n").is_err()
         );
     }
 }
