@@ -439,3 +439,43 @@ channels = ["webhook"]
         assert hub.run("nan-1")["status"] == "finished"
     finally:
         proc.kill()
+
+
+def test_a_killed_run_is_told_to_the_channel_its_endings_name(make_hub, tmp_path):
+    import subprocess
+    import sys
+
+    http = Receiver()
+    config = tmp_path / "alerts.toml"
+    config.write_text(f"""
+[[channels]]
+kind = "webhook"
+name = "oncall"
+url = "http://127.0.0.1:{http.port}/oncall"
+[[channels]]
+kind = "webhook"
+name = "team"
+url = "http://127.0.0.1:{http.port}/team"
+[endings]
+statuses = ["killed"]
+channels = ["oncall"]
+""")
+    hub = make_hub("--alerts", str(config))
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import sys, stepstream\n"
+        "with stepstream.init(hub=sys.argv[1], project='alerts', name='interrupted', run_id='killed-1',\n"
+        "                     archive_dir=None, system_metrics=False, console=False) as run:\n"
+        "    for step in range(5):\n"
+        "        run.log({'loss': 1.0}, step=step)\n"
+        "    raise KeyboardInterrupt\n"
+    )
+    proc = subprocess.run([sys.executable, str(script), hub.url], capture_output=True, timeout=120)
+    assert proc.returncode != 0
+    assert hub.run("killed-1")["status"] == "killed"
+    hub.wait("the killed notice", lambda: http.at("/oncall"))
+    body = http.at("/oncall")[0][2]
+    assert (body["rule"], body["state"], body["run_id"]) == ("run_killed", "ended", "killed-1"), body
+    assert "KeyboardInterrupt" in body["message"], body
+    time.sleep(0.5)
+    assert http.at("/team") == [], "the other channel is not named by [endings]"
