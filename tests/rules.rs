@@ -202,3 +202,52 @@ fn a_rule_made_in_the_page_is_previewed_tested_and_in_force_within_a_second() {
         .is_empty());
     assert!(run.finish(Outcome::Finished).delivered);
 }
+
+/// A page rule on the hub's clock: a metric without a new point for its seconds fires once
+/// (the training hangs, its heartbeats go on), and resolves when points come again.
+#[test]
+fn a_stale_page_rule_fires_on_the_hubs_clock_and_resolves_when_points_come_back() {
+    let hook = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        format!("[[channels]]\nkind = \"webhook\"\nname = \"oncall\"\nurl = \"http://127.0.0.1:{}/hook\"\n", hook.port),
+    )
+    .unwrap();
+    let hub = Hub::start(&["--alerts", alerts.to_str().unwrap()]);
+    let rule = r#"{"rule":{"name":"eval silent","metric":"eval_*","when":{"stale":{"seconds":2}},"channels":["oncall"]}}"#;
+    let r = http_request_body(
+        &hub.addr(),
+        "POST",
+        "/api/projects/p/rules",
+        &[("Content-Type", "application/json")],
+        rule.as_bytes(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let mut opts = Options::new(&hub.ws(), "p", "hangs");
+    opts.run_id = Some(RunId::new("hangs-1").unwrap());
+    let run = Collector::start(opts).unwrap();
+    run.log(0, &[("loss", 1.0), ("eval_acc", 0.5)]);
+    run.flush();
+    let last = Instant::now();
+    // Only the loss comes now: the evaluation went quiet.
+    let (_, fired) = wait_for("the stale rule's alert", Duration::from_secs(10), || {
+        run.log(1, &[("loss", 1.0)]);
+        run.flush();
+        std::thread::sleep(Duration::from_millis(50));
+        hook.find("custom:eval silent/eval_acc", "fired")
+    });
+    let after = fired.duration_since(last);
+    assert!(
+        after >= Duration::from_secs(2) && after < Duration::from_secs(5),
+        "{after:?}"
+    );
+    run.log(2, &[("eval_acc", 0.6)]);
+    run.flush();
+    wait_for("resolved", Duration::from_secs(10), || {
+        hook.find("custom:eval silent/eval_acc", "resolved")
+    });
+    assert_eq!(hook.count("custom:eval silent/eval_acc", "fired"), 1);
+    assert!(run.finish(Outcome::Finished).delivered);
+}

@@ -49,6 +49,7 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
             "above" => json!({"above": num(value.get_untracked())}),
             "below" => json!({"below": num(value.get_untracked())}),
             "non_finite" => json!("non_finite"),
+            "stale" => json!({"stale": {"seconds": num(value.get_untracked())}}),
             "spike" => json!({"spike": {"factor": num(value.get_untracked()),
                 "window": window.get_untracked().trim().parse::<u32>().unwrap_or(0)}}),
             _ => json!({"no_improvement": {"steps": num(value.get_untracked()) as i64,
@@ -197,8 +198,9 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
                     <option value="non_finite">"NaN / Inf"</option>
                     <option value="spike">"spike (x median)"</option>
                     <option value="no_improvement">"no improvement for N steps"</option>
+                    <option value="stale">"no new point for N seconds"</option>
                 </select>
-                <input class="rule-value" placeholder="value / factor / steps" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
+                <input class="rule-value" placeholder="value / factor / steps / seconds" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
                 <Show when=move || kind.get() == "spike">
                     <input class="rule-window" placeholder="window" prop:value=move || window.get() on:input=move |ev| window.set(event_target_value(&ev))/>
                 </Show>

@@ -1,6 +1,6 @@
 //! Rules made in the page, per project: a metric (exact, or a pattern with `*`), a condition
 //! (above or below a value, NaN/Inf, a spike against the rolling median, no improvement for
-//! N steps), how many points in a row, which channels, and what it does (`RuleAction`).
+//! N steps, no new point for N seconds on the hub's clock), how many points in a row, which channels, and what it does (`RuleAction`).
 //!
 //! Stored by the hub (`store::rules`), judged beside the built-in rules on every record of
 //! the project's runs, and previewed on a run's history with the very same judging
@@ -52,6 +52,11 @@ pub enum When {
         steps: i64,
         mode: Mode,
     },
+    /// No point of the metric arrived for `seconds` (on the hub's clock, judged by its
+    /// status clock: a training that hangs or died still fires it).
+    Stale {
+        seconds: f64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +101,9 @@ impl PageRule {
             When::NoImprovement { steps, .. } if !(1..=100_000_000).contains(&steps) => {
                 return Err("no improvement needs 1 to 100000000 steps".into())
             }
+            When::Stale { seconds } if !(1.0..=7.0 * 86_400.0).contains(&seconds) => {
+                return Err("stale needs 1 second to a week".into())
+            }
             _ => {}
         }
         if let Some(a) = &self.action {
@@ -138,6 +146,7 @@ impl PageRule {
                     "maximum"
                 }
             ),
+            When::Stale { seconds } => format!("without a new point for {seconds} s"),
         };
         if self.consecutive > 1 {
             format!("{what}, {} points in a row", self.consecutive)
@@ -174,6 +183,39 @@ pub struct State {
     active: bool,
     window: VecDeque<f64>,
     best: Option<(f64, i64)>,
+    /// A stale rule's: the step and the hub's time of the metric's last point.
+    last_point: Option<(i64, f64)>,
+}
+
+impl State {
+    /// A stale rule's point arrived at `now` (hub clock): `Resolved` if it was firing.
+    pub fn arrived(&mut self, step: i64, now: f64) -> Option<Said> {
+        self.last_point = Some((step, now));
+        std::mem::take(&mut self.active).then_some(Said::Resolved)
+    }
+
+    /// A stale rule on the hub's clock: fires once when the last point is `seconds` old.
+    pub fn silent(&mut self, rule: &PageRule, metric: &str, now: f64) -> Option<(i64, Said)> {
+        let When::Stale { seconds } = rule.when else {
+            return None;
+        };
+        let (step, at) = self.last_point?;
+        if self.active || now - at < seconds {
+            return None;
+        }
+        self.active = true;
+        let message = format!(
+            "{metric} has had no new point for {:.0} s (since step {step})",
+            now - at
+        );
+        Some((
+            step,
+            Said::Fired {
+                value: now - at,
+                message,
+            },
+        ))
+    }
 }
 
 /// What judging a point said.
@@ -206,6 +248,8 @@ pub fn judge(rule: &PageRule, metric: &str, st: &mut State, step: i64, value: f6
             }
             holds
         }
+        // Judged on the hub's clock ([`State::arrived`], [`State::silent`]), not per point.
+        When::Stale { .. } => return None,
         When::NoImprovement { steps, mode } => {
             if value.is_finite() {
                 let better = match (st.best, mode) {
@@ -242,16 +286,31 @@ pub fn judge(rule: &PageRule, metric: &str, st: &mut State, step: i64, value: f6
     None
 }
 
-/// The steps where `rule` would have fired on these points of one metric, in order.
+/// The steps where `rule` would have fired on these points of one metric `(step, value,
+/// wall time)`, in order; a stale rule at the last step before each silence as long as its
+/// threshold (the points' own times stand in for the hub's clock).
 pub fn preview(
     rule: &PageRule,
     metric: &str,
-    points: impl IntoIterator<Item = (i64, f64)>,
+    points: impl IntoIterator<Item = (i64, f64, f64)>,
 ) -> Vec<i64> {
+    if let When::Stale { seconds } = rule.when {
+        let mut last: Option<(i64, f64)> = None;
+        let mut fired = Vec::new();
+        for (step, _, at) in points {
+            if let Some((s, t)) = last {
+                if at - t >= seconds {
+                    fired.push(s);
+                }
+            }
+            last = Some((step, at));
+        }
+        return fired;
+    }
     let mut st = State::default();
     points
         .into_iter()
-        .filter_map(|(step, v)| match judge(rule, metric, &mut st, step, v) {
+        .filter_map(|(step, v, _)| match judge(rule, metric, &mut st, step, v) {
             Some(Said::Fired { .. }) => Some(step),
             _ => None,
         })
@@ -271,6 +330,11 @@ mod tests {
             channels: vec![],
             action: None,
         }
+    }
+
+    /// Points one second apart.
+    fn timed(points: impl IntoIterator<Item = (i64, f64)>) -> Vec<(i64, f64, f64)> {
+        points.into_iter().map(|(s, v)| (s, v, s as f64)).collect()
     }
 
     #[test]
@@ -296,19 +360,19 @@ mod tests {
             (7, 3.0),
             (8, 3.0),
         ];
-        assert_eq!(preview(&r, "a/loss", pts), vec![3, 8]);
+        assert_eq!(preview(&r, "a/loss", timed(pts)), vec![3, 8]);
         let r = rule(When::NonFinite, 1);
         assert_eq!(
             preview(
                 &r,
                 "a/loss",
-                [
+                timed([
                     (0, 1.0),
                     (1, f64::NAN),
                     (2, f64::INFINITY),
                     (3, 1.0),
                     (4, f64::NAN)
-                ]
+                ])
             ),
             vec![1, 4]
         );
@@ -329,7 +393,7 @@ mod tests {
                 },
             )
         });
-        assert_eq!(preview(&r, "a/loss", pts), vec![12]);
+        assert_eq!(preview(&r, "a/loss", timed(pts)), vec![12]);
         let r = rule(
             When::NoImprovement {
                 steps: 5,
@@ -338,7 +402,31 @@ mod tests {
             1,
         );
         let pts = (0..20).map(|s| (s, if s < 8 { 10.0 - s as f64 } else { 5.0 }));
-        assert_eq!(preview(&r, "a/loss", pts), vec![12]);
+        assert_eq!(preview(&r, "a/loss", timed(pts)), vec![12]);
+        // Stale: the silences as long as its threshold, at the step before each.
+        let stale = rule(When::Stale { seconds: 30.0 }, 1);
+        let pts = [
+            (0, 1.0, 0.0),
+            (1, 1.0, 10.0),
+            (2, 1.0, 45.0),
+            (3, 1.0, 50.0),
+            (4, 1.0, 90.0),
+        ];
+        assert_eq!(preview(&stale, "a/loss", pts), vec![1, 3]);
+        let mut st = State::default();
+        assert_eq!(
+            st.silent(&stale, "a/loss", 100.0),
+            None,
+            "nothing seen, nothing stale"
+        );
+        assert_eq!(st.arrived(7, 100.0), None);
+        assert_eq!(st.silent(&stale, "a/loss", 120.0), None);
+        assert!(matches!(
+            st.silent(&stale, "a/loss", 131.0),
+            Some((7, Said::Fired { .. }))
+        ));
+        assert_eq!(st.silent(&stale, "a/loss", 200.0), None, "fires once");
+        assert_eq!(st.arrived(8, 201.0), Some(Said::Resolved));
         assert!(r.check().is_ok());
         assert!(rule(When::Above(f64::NAN), 1).check().is_err());
         assert!(rule(

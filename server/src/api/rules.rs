@@ -157,10 +157,10 @@ pub async fn preview(
             run.key,
             0,
             through,
-            BTreeMap::<u32, Vec<(i64, f64)>>::new(),
-            move |acc, step, _wall, metric, v| {
+            BTreeMap::<u32, Vec<(i64, f64, f64)>>::new(),
+            move |acc, step, wall, metric, v| {
                 if wanted.contains_key(&metric.0) {
-                    acc.entry(metric.0).or_default().push((step, v));
+                    acc.entry(metric.0).or_default().push((step, v, wall));
                 }
             },
         )

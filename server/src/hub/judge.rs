@@ -295,6 +295,21 @@ impl Hub {
             if !self.judges(run.key) {
                 continue;
             }
+            if !run.state(|st| st.status.is_terminal()) {
+                for a in self.stale_page_rules(&run, now) {
+                    self.alert_to(
+                        &run,
+                        &a.rule,
+                        a.action,
+                        &a.channels,
+                        a.fired,
+                        a.step,
+                        a.value,
+                        a.message,
+                    )
+                    .await;
+                }
+            }
             let change = run.state_mut(|st| {
                 let silent = now - st.last_activity;
                 let next = match st.status {

@@ -116,6 +116,7 @@ impl Hub {
         if rules.is_empty() {
             return Vec::new();
         }
+        let now = unix_now();
         run.state_mut(|st| {
             let mut out = Vec::new();
             // Which metrics each rule reads, by id, once per batch.
@@ -136,7 +137,12 @@ impl Hub {
                             continue;
                         };
                         let state = st.custom.0.entry((*id, *mid)).or_default();
-                        if let Some(said) = custom::judge(rule, name, state, rec.step, v) {
+                        let said = if matches!(rule.when, custom::When::Stale { .. }) {
+                            state.arrived(rec.step, now)
+                        } else {
+                            custom::judge(rule, name, state, rec.step, v)
+                        };
+                        if let Some(said) = said {
                             let (fired, value, message) = match said {
                                 Said::Fired { value, message } => (true, value, message),
                                 Said::Resolved => (
@@ -159,6 +165,48 @@ impl Hub {
                                 action: rule.action.clone(),
                             });
                         }
+                    }
+                }
+            }
+            out
+        })
+    }
+}
+
+impl Hub {
+    /// The stale page rules on the hub's clock (the status clock's tick): a metric a rule
+    /// reads that had no new point for its seconds fires once.
+    pub(super) fn stale_page_rules(&self, run: &Arc<Run>, now: f64) -> Vec<PageAlert> {
+        let project = run.state(|st| st.identity.project.clone());
+        let rules = self.rules_of(&project);
+        if !rules
+            .iter()
+            .any(|(_, r)| matches!(r.when, custom::When::Stale { .. }))
+        {
+            return Vec::new();
+        }
+        run.state_mut(|st| {
+            let mut out = Vec::new();
+            for (id, rule) in rules.iter() {
+                for m in &st.metrics {
+                    if !rule.reads(&m.name) {
+                        continue;
+                    }
+                    let Some(state) = st.custom.0.get_mut(&(*id, m.id.0)) else {
+                        continue;
+                    };
+                    if let Some((step, Said::Fired { value, message })) =
+                        state.silent(rule, &m.name, now)
+                    {
+                        out.push(PageAlert {
+                            rule: rule.alert_name(&m.name),
+                            fired: true,
+                            step,
+                            value,
+                            message,
+                            channels: rule.channels.clone(),
+                            action: rule.action.clone(),
+                        });
                     }
                 }
             }
