@@ -298,6 +298,7 @@ fn trainings_of_every_framework_are_stopped_from_the_page() {
                 "document.querySelector('[data-testid=command-timeline] li[data-state=honoured]') != null && \
                  +(document.querySelector('canvas[data-chart=loss]') || {dataset: {}}).dataset.notes > 0",
             );
+            page.screenshot("note-on-the-chart");
         }
         page.eval(
             "(() => { const r = document.querySelector('.reason'); r.value = 'diverging'; \

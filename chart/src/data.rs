@@ -285,6 +285,22 @@ impl RunData {
         }
     }
 
+    /// Where the training acted on a command, and what to write by its marker: the note's
+    /// text, else the action.
+    pub fn command_marks(&self) -> Vec<(i64, String)> {
+        self.commands
+            .values()
+            .filter(|c| c.state == stepstream_protocol::CommandState::Honoured)
+            .filter_map(|c| {
+                let label = match &c.command.action {
+                    stepstream_protocol::Action::Note { text } => text.clone(),
+                    other => other.name().to_string(),
+                };
+                Some((c.step?, label))
+            })
+            .collect()
+    }
+
     /// Steps where the training acted on a command (a note shown, a checkpoint saved, a stop),
     /// for chart markers.
     pub fn command_steps(&self) -> Vec<i64> {

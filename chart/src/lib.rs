@@ -79,9 +79,9 @@ pub struct Line<'a> {
     pub smoothed: Option<&'a [f64]>,
     /// x of the alerts that fired on this line's run: dashed verticals.
     pub markers: &'a [f64],
-    /// x of the commands its training acted on (a note, a checkpoint, a stop): dotted
-    /// verticals in the note colour.
-    pub notes: &'a [f64],
+    /// x of the commands its training acted on (a note, a checkpoint, a stop), each with
+    /// what to write by it (the note's text): dotted verticals in the note colour.
+    pub notes: &'a [(f64, String)],
 }
 
 /// How to draw a chart.
@@ -317,7 +317,8 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
             });
             chart.draw_series(segments).ok()?;
         }
-        for &x in l.notes.iter().filter(|&&x| x >= x0 && x <= x1) {
+        for (x, label) in l.notes.iter().filter(|(x, _)| *x >= x0 && *x <= x1) {
+            let x = *x;
             drawn.notes += 1;
             let dot = (y1 - y0) / 40.0;
             let segments = (0..20).map(|k| {
@@ -325,6 +326,18 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
                 PathElement::new(vec![(x, a), (x, a + dot)], t.note.stroke_width(width(1.5)))
             });
             chart.draw_series(segments).ok()?;
+            // What it was, by its top: a note's first words.
+            let mut text: String = label.chars().take(24).collect();
+            if label.chars().count() > 24 {
+                text.push('…');
+            }
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    text,
+                    (x, y1),
+                    font(10.0).color(&t.note),
+                )))
+                .ok()?;
         }
     }
     if o.legend && lines.len() > 1 {

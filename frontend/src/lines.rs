@@ -36,8 +36,9 @@ pub struct LineData<'a> {
     pub times: Cow<'a, [f64]>,
     pub smoothed: Cow<'a, [f64]>,
     pub markers: Vec<f64>,
-    /// x of the commands the run's training acted on (notes, checkpoints, stops).
-    pub notes: Vec<f64>,
+    /// x of the commands the run's training acted on (notes, checkpoints, stops), with
+    /// what to write by each.
+    pub notes: Vec<(f64, String)>,
     /// Points that came raw from the hub for the zoom window.
     pub detail_points: usize,
     pub received: u64,
@@ -84,7 +85,11 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                     .collect()
             };
             let markers = at(run.alert_steps());
-            let notes = at(run.command_steps());
+            let marks = run.command_marks();
+            let notes = at(marks.iter().map(|(s, _)| *s).collect())
+                .into_iter()
+                .zip(marks.into_iter().map(|(_, label)| label))
+                .collect();
             let mut line = LineData {
                 run: id.clone(),
                 metric: metric.clone(),

@@ -9,6 +9,14 @@ use crate::write::{my_name, send, set_my_name};
 use leptos::prelude::*;
 use stepstream_protocol::{Action, CommandState, RunId};
 
+/// Who the page says asked: the name its user gave, else "the page".
+fn signed(name: &str) -> String {
+    match name.trim() {
+        "" => "the page".to_string(),
+        n => n.to_string(),
+    }
+}
+
 /// What is about to be sent, shown for confirmation.
 #[derive(Clone, PartialEq)]
 enum Asking {
@@ -32,7 +40,7 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
             let mut body = serde_json::json!({
                 "action": action,
                 "reason": reason.get_untracked(),
-                "by": by.get_untracked(),
+                "by": signed(&by.get_untracked()),
                 "job": all_ranks.get_untracked(),
             });
             match action {
@@ -78,7 +86,7 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
                 String::from(js_sys::encode_uri_component(&id)),
                 String::from(js_sys::encode_uri_component(&rule))
             );
-            let body = serde_json::json!({"by": by.get_untracked(), "mute_hours": hours});
+            let body = serde_json::json!({"by": signed(&by.get_untracked()), "mute_hours": hours});
             let project = project.clone();
             wasm_bindgen_futures::spawn_local(async move {
                 let said = match send("POST", &path, &project, Some(body.to_string())).await {
