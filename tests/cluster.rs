@@ -1030,10 +1030,6 @@ fn a_command_sent_through_one_hub_reaches_a_collector_on_another() {
     );
     let listed = b.json(&format!("/api/runs/{run_id}/commands"));
     assert_eq!(listed["commands"][0]["state"], "honoured", "{listed}");
-    assert_eq!(
-        viewer.commands(&run_id, id).first(),
-        Some(&CommandState::Queued)
-    );
 }
 
 /// A rule made in the page through hub B is in force on hub A, which judges the run (NATS

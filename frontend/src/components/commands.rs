@@ -7,6 +7,7 @@
 use crate::state::{Ctx, STORE};
 use crate::write::{my_name, send, set_my_name};
 use leptos::prelude::*;
+use stepstream_chart::scale::clock;
 use stepstream_protocol::{Action, CommandState, RunId};
 
 /// Who the page says asked: the name its user gave, else "the page".
@@ -179,7 +180,8 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
                         let done = matches!(e.state, CommandState::Honoured);
                         view! {
                             <li data-id=e.command.id.to_string() data-state=e.state.as_str() class:done=done>
-                                {format!("{what}{who}{why} — {}{at}{said}", e.state.as_str())}
+                                {format!("{what}{who}{why} — {}{at}{said} (asked {}, {} {})",
+                                    e.state.as_str(), clock(e.command.issued_at), e.state.as_str(), clock(e.at))}
                             </li>
                         }
                     }).collect_view()
