@@ -204,14 +204,3 @@ enum Told {
 fn text_has_nul(action: &Action) -> bool {
     matches!(action, Action::Note { text } if text.contains('\0'))
 }
-
-impl Hub {
-    /// An alert the run's training raised: judged (stored, told, notified) off the
-    /// collector's connection.
-    pub fn user_alert_from(&self, run: &Arc<Run>, alert: stepstream_protocol::UserAlert) {
-        self.judge(super::judge::Job::User {
-            run: run.clone(),
-            alert,
-        });
-    }
-}

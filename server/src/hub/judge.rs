@@ -231,6 +231,15 @@ impl Hub {
             .await;
     }
 
+    /// An alert the run's training raised: judged (stored, told, notified) off the
+    /// collector's connection.
+    pub fn user_alert_from(&self, run: &Arc<Run>, alert: stepstream_protocol::UserAlert) {
+        self.judge(Job::User {
+            run: run.clone(),
+            alert,
+        });
+    }
+
     /// An alert the training raised (`run.alert`): stored as rule `user:TITLE` and told on
     /// every channel, unless the same title was raised within [`USER_ALERT_COOLDOWN_S`] (a
     /// loop that raises every step is told once a minute).
