@@ -37,7 +37,7 @@ fn checked(rule: &PageRule, app: &AppState) -> Result<(), ApiError> {
         if !app.hub.has_channel(c) {
             return Err(ApiError::BadRequest(format!(
                 "this hub has no {c:?} channel (it has: {})",
-                app.hub.alerts_view.0.join(", ")
+                app.hub.channel_labels().join(", ")
             )));
         }
     }
@@ -63,8 +63,8 @@ pub async fn list(
     Ok(Json(json!({
         "project": project,
         "rules": rules,
-        "channels": app.hub.alerts_view.0,
-        "operator_toml": app.hub.alerts_view.1,
+        "channels": app.hub.channel_labels(),
+        "operator_toml": app.hub.operator_toml,
     })))
 }
 

@@ -212,7 +212,7 @@ impl Hub {
             message: text,
             at: unix_now(),
         };
-        self.notifier.send_to(notice, kinds);
+        let _ = self.notifier.send_to(notice, kinds);
     }
 }
 

@@ -124,7 +124,7 @@ impl Hub {
                 let _ = run.live.send(LiveEvent::Alert(alert.clone()));
                 self.tell_alert(&alert);
                 if let Some((notice, kinds)) = notice {
-                    self.notifier.send_to(*notice, &kinds);
+                    let _ = self.notifier.send_to(*notice, &kinds);
                 }
             }
             News::Status(change) => {

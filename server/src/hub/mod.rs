@@ -88,10 +88,8 @@ pub struct Hub {
     /// Which endings of a run are notified (`[endings]`).
     endings: crate::alerts::actions::Endings,
     notifier: crate::notify::Notifier,
-    /// The channels' labels (names, else kinds), what picks each (its name and kind), and
-    /// the alerts file's rules as TOML (no secrets), for the page.
-    pub alerts_view: (Vec<String>, String),
-    channel_pickers: Vec<(Option<String>, &'static str)>,
+    /// The alerts file's rules, actions and endings as TOML (no secrets), for the page.
+    pub operator_toml: String,
     /// Each project's rules made in the page (`rules.rs`).
     page_rules: RwLock<HashMap<String, rules::ProjectRules>>,
     /// This hub, for the tasks it starts (a rule action waiting out its grace period).
@@ -168,12 +166,7 @@ impl Hub {
             notifier: crate::notify::Notifier::start(alerts),
             me: me.clone(),
             page_rules: RwLock::new(HashMap::new()),
-            alerts_view: (alerts.channel_kinds(), alerts.operator_toml()),
-            channel_pickers: alerts
-                .channels
-                .iter()
-                .map(|c| (c.name.clone(), c.channel.name()))
-                .collect(),
+            operator_toml: alerts.operator_toml(),
             runs: RwLock::new(runs),
             updates: broadcast::channel(UPDATES_CAPACITY).0,
             judge,

@@ -82,26 +82,17 @@ impl Hub {
     /// Queues a notice on the channels these names or kinds pick (all when empty); the
     /// labels of those it went to.
     pub fn notify_to(&self, notice: crate::notify::Notice, kinds: &[String]) -> Vec<String> {
-        self.notifier.send_to(notice, kinds);
-        self.alerts_view
-            .0
-            .iter()
-            .zip(&self.channel_pickers)
-            .filter(|(_, (name, kind))| {
-                kinds.is_empty()
-                    || kinds
-                        .iter()
-                        .any(|w| w == kind || name.as_deref() == Some(w.as_str()))
-            })
-            .map(|(label, _)| label.clone())
-            .collect()
+        self.notifier.send_to(notice, kinds)
+    }
+
+    /// The channels' labels (names, else kinds): all the page may know of them.
+    pub fn channel_labels(&self) -> Vec<String> {
+        self.notifier.labels()
     }
 
     /// Whether `wanted` names a configured channel or the kind of one.
     pub fn has_channel(&self, wanted: &str) -> bool {
-        self.channel_pickers
-            .iter()
-            .any(|(name, kind)| *kind == wanted || name.as_deref() == Some(wanted))
+        self.notifier.picks(wanted)
     }
 
     /// Judges the project's page rules on a batch's records; the alerts to raise, as

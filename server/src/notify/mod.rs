@@ -260,12 +260,13 @@ impl Notifier {
 
     /// Queues a notice for every channel; never waits.
     pub fn send(&self, notice: Notice) {
-        self.send_to(notice, &[]);
+        let _ = self.send_to(notice, &[]);
     }
 
     /// Queues a notice for the channels these names or kinds pick (every channel when
-    /// empty).
-    pub fn send_to(&self, notice: Notice, kinds: &[String]) {
+    /// empty); the labels (name, else kind) of those it went to.
+    pub fn send_to(&self, notice: Notice, kinds: &[String]) -> Vec<String> {
+        let mut sent = Vec::new();
         for (label, name, q) in &self.queues {
             let picked = kinds
                 .iter()
@@ -276,7 +277,24 @@ impl Notifier {
             if q.try_send(notice.clone()).is_err() {
                 tracing::warn!(channel = name, "alert queue full; notice dropped");
             }
+            sent.push(label.clone().unwrap_or_else(|| name.to_string()));
         }
+        sent
+    }
+
+    /// Each channel's label: its name, else its kind (all the page may know of it).
+    pub fn labels(&self) -> Vec<String> {
+        self.queues
+            .iter()
+            .map(|(label, name, _)| label.clone().unwrap_or_else(|| name.to_string()))
+            .collect()
+    }
+
+    /// Whether `wanted` names a channel or the kind of one.
+    pub fn picks(&self, wanted: &str) -> bool {
+        self.queues
+            .iter()
+            .any(|(label, name, _)| *name == wanted || label.as_deref() == Some(wanted))
     }
 }
 
