@@ -118,7 +118,8 @@ fn a_rule_made_in_the_page_is_previewed_tested_and_in_force_within_a_second() {
         "the operator's file and the channel kinds",
         Duration::from_secs(10),
         "document.querySelector('[data-testid=operator-toml]').textContent.includes('[actions.divergence]') && \
-         document.querySelector('.rule-channel[value=webhook]') != null",
+         document.querySelector('.rule-channel[value=webhook]') != null && \
+         document.querySelector('.rule-kind option[value=\"builtin:divergence\"]') != null",
     );
     set(&mut page, ".rule-name", "loss high");
     set(&mut page, ".rule-metric", "loss");
@@ -250,4 +251,142 @@ fn a_stale_page_rule_fires_on_the_hubs_clock_and_resolves_when_points_come_back(
     });
     assert_eq!(hook.count("custom:eval silent/eval_acc", "fired"), 1);
     assert!(run.finish(Outcome::Finished).delivered);
+}
+
+/// A page rule that picks one of the hub's built-in rules: on its project's runs, the
+/// built-in's alerts go to the rule's channels only and carry its action (here a stop after
+/// a second); other projects' runs keep the operator's channels (all) and no action. The
+/// preview replays the run's history through the built-in judge; a second rule for the same
+/// built-in, an unknown built-in and a metric other than `*` are refused by name.
+#[test]
+fn a_page_rule_on_a_built_in_rule_picks_its_channels_and_its_action_for_its_project() {
+    let (oncall, team) = (Receiver::start(), Receiver::start());
+    let dir = tempfile::tempdir().unwrap();
+    let alerts = dir.path().join("alerts.toml");
+    std::fs::write(
+        &alerts,
+        format!(
+            "[[channels]]\nkind = \"webhook\"\nname = \"oncall\"\nurl = \"http://127.0.0.1:{}/hook\"\n\
+             [[channels]]\nkind = \"webhook\"\nname = \"team\"\nurl = \"http://127.0.0.1:{}/hook\"\n",
+            oncall.port, team.port
+        ),
+    )
+    .unwrap();
+    let hub = Hub::start(&["--alerts", alerts.to_str().unwrap()]);
+    let post = |body: &str| {
+        http_request_body(
+            &hub.addr(),
+            "POST",
+            "/api/projects/llm/rules",
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    };
+    let rule = r#"{"rule":{"name":"nan stops","metric":"*","when":{"builtin":"non_finite"},"channels":["oncall"],"action":{"act":"stop","grace_s":1}}}"#;
+    let r = post(rule);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let again = post(&rule.replace("nan stops", "nan again"));
+    assert_eq!(again.status, 409, "{}", again.text());
+    assert!(again.text().contains("non_finite"), "{}", again.text());
+    let unknown = post(&rule.replace("\"non_finite\"", "\"nan\""));
+    assert_eq!(unknown.status, 400, "{}", unknown.text());
+    assert!(
+        unknown.text().contains("no built-in rule"),
+        "{}",
+        unknown.text()
+    );
+    let metric = post(&rule.replace("\"*\"", "\"loss\""));
+    assert_eq!(metric.status, 400, "{}", metric.text());
+    let listed = hub.json("/api/projects/llm/rules");
+    assert!(listed["builtins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b == "divergence"));
+
+    let start = |project: &str, id: &str| {
+        let mut opts = Options::new(&hub.ws(), project, id);
+        opts.run_id = Some(RunId::new(id).unwrap());
+        let run = Collector::start(opts).unwrap();
+        for step in 0..20 {
+            run.log(step, &[("loss", 2.0 - step as f64 * 0.01)]);
+        }
+        run.log(20, &[("loss", f64::NAN)]);
+        run.flush();
+        run
+    };
+    let mine = start("llm", "llm-nan");
+    let other = start("cv", "cv-nan");
+    wait_for(
+        "the other project's alert on both channels",
+        Duration::from_secs(10),
+        || {
+            (team.count("non_finite", "fired") >= 1 && oncall.count("non_finite", "fired") >= 1)
+                .then_some(())
+        },
+    );
+    let (notice, _) = wait_for(
+        "the llm run's alert at oncall",
+        Duration::from_secs(10),
+        || {
+            oncall
+                .bodies
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(b, _)| b["rule"] == "non_finite" && b["run_id"] == "llm-nan")
+                .cloned()
+        },
+    );
+    assert!(
+        notice["message"]
+            .as_str()
+            .unwrap()
+            .contains("will save a checkpoint and stop"),
+        "{notice}"
+    );
+    // The rule's action: a stop signed by the built-in rule, after its grace second.
+    let stop = wait_for("the rule's stop", Duration::from_secs(10), || {
+        mine.take_commands().into_iter().next()
+    });
+    assert_eq!(stop.by, "rule:non_finite");
+    assert!(matches!(
+        stop.action,
+        stepstream_protocol::Action::Stop { checkpoint: true }
+    ));
+    // Only oncall heard of the llm run; the cv run's alert went to both and stops nothing.
+    std::thread::sleep(Duration::from_millis(1500));
+    let heard = |r: &Receiver, run: &str| {
+        r.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(b, _)| b["rule"] == "non_finite" && b["run_id"] == run)
+            .count()
+    };
+    assert_eq!((heard(&oncall, "llm-nan"), heard(&team, "llm-nan")), (1, 0));
+    assert_eq!((heard(&oncall, "cv-nan"), heard(&team, "cv-nan")), (1, 1));
+    assert!(other.take_commands().is_empty());
+    // The preview replays the history through the built-in judge.
+    let preview = http_request_body(
+        &hub.addr(),
+        "POST",
+        "/api/projects/llm/rules/preview",
+        &[("Content-Type", "application/json")],
+        format!(
+            r#"{{"rule":{},"run_id":"llm-nan"}}"#,
+            &rule[8..rule.len() - 1]
+        )
+        .as_bytes(),
+    );
+    assert_eq!(preview.status, 200, "{}", preview.text());
+    let fired: serde_json::Value = serde_json::from_str(&preview.text()).unwrap();
+    assert_eq!(
+        fired["fired"][0]["steps"],
+        serde_json::json!([20]),
+        "{fired}"
+    );
+    mine.command_done(stop.id, true, "stopped");
+    assert!(mine.finish(Outcome::Stopped("by rule".into())).delivered);
+    assert!(other.finish(Outcome::Finished).delivered);
 }

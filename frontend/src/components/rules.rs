@@ -1,6 +1,6 @@
 //! A project's alert rules in the page: the rules made here (list, delete), a form for a new
-//! one (metric or pattern, condition, points in a row, channels, action with its grace
-//! period) with a preview of where it would have fired on the selected run's history and a
+//! one (metric or pattern, condition or one of the hub's built-in rules, points in a row,
+//! channels, action with its grace period) with a preview of where it would have fired on the selected run's history and a
 //! test notice, and the operator's alerts file shown read-only. Channels are named by kind
 //! only: the hub never sends the page an address, key or password.
 
@@ -45,7 +45,10 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
     load();
     let rule = move || -> Value {
         let num = |s: String| s.trim().parse::<f64>().unwrap_or(f64::NAN);
-        let when = match kind.get_untracked().as_str() {
+        let kind_now = kind.get_untracked();
+        let builtin = kind_now.strip_prefix("builtin:");
+        let when = match kind_now.as_str() {
+            _ if builtin.is_some() => json!({"builtin": builtin}),
             "above" => json!({"above": num(value.get_untracked())}),
             "below" => json!({"below": num(value.get_untracked())}),
             "non_finite" => json!("non_finite"),
@@ -57,9 +60,9 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
         };
         let mut r = json!({
             "name": name.get_untracked().trim(),
-            "metric": metric.get_untracked().trim(),
+            "metric": if builtin.is_some() { "*".to_string() } else { metric.get_untracked().trim().to_string() },
             "when": when,
-            "consecutive": consecutive.get_untracked().trim().parse::<u32>().unwrap_or(1),
+            "consecutive": if builtin.is_some() { 1 } else { consecutive.get_untracked().trim().parse::<u32>().unwrap_or(1) },
             "channels": channels.get_untracked(),
         });
         if act.get_untracked() != "notify" {
@@ -191,7 +194,9 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
             </ul>
             <div class="rule-form" data-testid="rule-form">
                 <input class="rule-name" placeholder="name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                <input class="rule-metric" placeholder="metric or pattern (*/loss)" prop:value=move || metric.get() on:input=move |ev| metric.set(event_target_value(&ev))/>
+                <Show when=move || !kind.get().starts_with("builtin:")>
+                    <input class="rule-metric" placeholder="metric or pattern (*/loss)" prop:value=move || metric.get() on:input=move |ev| metric.set(event_target_value(&ev))/>
+                </Show>
                 <select class="rule-kind" on:change=move |ev| kind.set(event_target_value(&ev))>
                     <option value="above">"above"</option>
                     <option value="below">"below"</option>
@@ -199,8 +204,13 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
                     <option value="spike">"spike (x median)"</option>
                     <option value="no_improvement">"no improvement for N steps"</option>
                     <option value="stale">"no new point for N seconds"</option>
+                    {move || listing.get().map(|v| v["builtins"].as_array().cloned().unwrap_or_default().into_iter().filter_map(|b| b.as_str().map(str::to_string)).map(|b| {
+                        view! { <option value=format!("builtin:{b}")>{format!("built-in: {b}")}</option> }
+                    }).collect_view())}
                 </select>
-                <input class="rule-value" placeholder="value / factor / steps / seconds" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
+                <Show when=move || !kind.get().starts_with("builtin:")>
+                    <input class="rule-value" placeholder="value / factor / steps / seconds" prop:value=move || value.get() on:input=move |ev| value.set(event_target_value(&ev))/>
+                </Show>
                 <Show when=move || kind.get() == "spike">
                     <input class="rule-window" placeholder="window" prop:value=move || window.get() on:input=move |ev| window.set(event_target_value(&ev))/>
                 </Show>
@@ -210,7 +220,9 @@ pub fn Rules(project: String, run: RunId) -> impl IntoView {
                         <option value="max">"higher is better"</option>
                     </select>
                 </Show>
-                <label>" points in a row "<input class="rule-consecutive" size="4" prop:value=move || consecutive.get() on:input=move |ev| consecutive.set(event_target_value(&ev))/></label>
+                <Show when=move || !kind.get().starts_with("builtin:")>
+                    <label>" points in a row "<input class="rule-consecutive" size="4" prop:value=move || consecutive.get() on:input=move |ev| consecutive.set(event_target_value(&ev))/></label>
+                </Show>
                 <span class="rule-channels">
                     {move || listing.get().map(|v| v["channels"].as_array().cloned().unwrap_or_default().into_iter().filter_map(|c| c.as_str().map(str::to_string)).collect::<std::collections::BTreeSet<_>>().into_iter().map(|c| {
                         let c2 = c.clone();

@@ -58,8 +58,8 @@ impl Endings {
     }
 }
 
-/// The rules an action may name.
-pub const ACTING_RULES: &[&str] = &[
+/// The built-in rules: those an action may name, and a page rule may pick.
+pub const BUILTIN_RULES: &[&str] = &[
     "non_finite",
     "loss_spike",
     "divergence",
@@ -78,10 +78,10 @@ const ENDINGS: &[&str] = &["finished", "failed", "killed", "stopped"];
 /// do not exist, by name.
 pub fn check(actions: &BTreeMap<String, RuleAction>, endings: &Endings) -> Result<(), String> {
     for (rule, a) in actions {
-        if !ACTING_RULES.contains(&rule.as_str()) {
+        if !BUILTIN_RULES.contains(&rule.as_str()) {
             return Err(format!(
                 "[actions.{rule}]: no such rule (one of {})",
-                ACTING_RULES.join(", ")
+                BUILTIN_RULES.join(", ")
             ));
         }
         if !(0.0..=7.0 * 86_400.0).contains(&a.grace_s) {

@@ -6,7 +6,7 @@
 //! the project's runs, and previewed on a run's history with the very same judging
 //! ([`preview`]), so the preview shows where the rule would have fired.
 
-use super::actions::RuleAction;
+use super::actions::{RuleAction, BUILTIN_RULES};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -57,6 +57,11 @@ pub enum When {
     Stale {
         seconds: f64,
     },
+    /// One of the hub's built-in rules (`divergence`, `non_finite`...), judged as the hub
+    /// judges it for every run: the page rule gives its alerts on this project's runs the
+    /// rule's channels and action (in place of the operator's `[actions.NAME]`). Its metric
+    /// is `*` (the built-in reads its own) and it fires as the built-in does.
+    Builtin(String),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +109,16 @@ impl PageRule {
             When::Stale { seconds } if !(1.0..=7.0 * 86_400.0).contains(&seconds) => {
                 return Err("stale needs 1 second to a week".into())
             }
+            When::Builtin(ref rule) if !BUILTIN_RULES.contains(&rule.as_str()) => {
+                return Err(format!(
+                    "no built-in rule {rule:?} (one of {})",
+                    BUILTIN_RULES.join(", ")
+                ))
+            }
+            When::Builtin(_) if self.metric != "*" || self.consecutive != 1 => return Err(
+                "a built-in rule reads its own metrics and streaks: metric \"*\", consecutive 1"
+                    .into(),
+            ),
             _ => {}
         }
         if let Some(a) = &self.action {
@@ -114,9 +129,18 @@ impl PageRule {
         Ok(())
     }
 
-    /// Whether the rule reads metric `name`.
+    /// Whether the rule reads metric `name` (a built-in one reads none here: the hub's
+    /// built-in rules judge every run anyway).
     pub fn reads(&self, name: &str) -> bool {
-        glob(&self.metric, name)
+        !matches!(self.when, When::Builtin(_)) && glob(&self.metric, name)
+    }
+
+    /// The built-in rule this page rule sets channels and an action for.
+    pub fn builtin(&self) -> Option<&str> {
+        match &self.when {
+            When::Builtin(rule) => Some(rule),
+            _ => None,
+        }
     }
 
     /// The alert's rule name for metric `name`: `custom:NAME`, with the metric when the rule
@@ -147,6 +171,7 @@ impl PageRule {
                 }
             ),
             When::Stale { seconds } => format!("without a new point for {seconds} s"),
+            When::Builtin(rule) => format!("when the built-in rule {rule} fires"),
         };
         if self.consecutive > 1 {
             format!("{what}, {} points in a row", self.consecutive)
@@ -250,6 +275,8 @@ pub fn judge(rule: &PageRule, metric: &str, st: &mut State, step: i64, value: f6
         }
         // Judged on the hub's clock ([`State::arrived`], [`State::silent`]), not per point.
         When::Stale { .. } => return None,
+        // Judged by the built-in rule itself (`alerts::RunRules`).
+        When::Builtin(_) => return None,
         When::NoImprovement { steps, mode } => {
             if value.is_finite() {
                 let better = match (st.best, mode) {
@@ -438,6 +465,23 @@ mod tests {
         )
         .check()
         .is_err());
+        let builtin = PageRule {
+            metric: "*".into(),
+            ..rule(When::Builtin("divergence".into()), 1)
+        };
+        assert!(builtin.check().is_ok() && builtin.builtin() == Some("divergence"));
+        assert!(
+            !builtin.reads("loss"),
+            "judged by the built-in, not per point"
+        );
+        assert!(rule(When::Builtin("divergence".into()), 1).check().is_err());
+        assert!(PageRule {
+            when: When::Builtin("diverge".into()),
+            ..builtin.clone()
+        }
+        .check()
+        .unwrap_err()
+        .contains("no built-in rule"));
         assert!(PageRule {
             name: "bad/name".into(),
             ..r.clone()

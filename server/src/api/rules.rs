@@ -64,6 +64,7 @@ pub async fn list(
         "project": project,
         "rules": rules,
         "channels": app.hub.channel_labels(),
+        "builtins": crate::alerts::actions::BUILTIN_RULES,
         "operator_toml": app.hub.operator_toml,
     })))
 }
@@ -100,6 +101,13 @@ pub async fn add(
             "project {project:?} has a rule named {:?} already",
             asked.rule.name
         )));
+    }
+    if let Some(builtin) = asked.rule.builtin() {
+        if app.hub.builtin_rule_of(&project, builtin).is_some() {
+            return Err(ApiError::Conflict(format!(
+                "project {project:?} has a rule for the built-in {builtin:?} already"
+            )));
+        }
     }
     let by = match asked.by.trim() {
         "" => "api".to_string(),
@@ -143,6 +151,11 @@ pub async fn preview(
     may_read(&scope, &project)?;
     asked.rule.check().map_err(ApiError::BadRequest)?;
     let run = find(&app, &asked.run_id, &scope).await?;
+    if let Some(builtin) = asked.rule.builtin() {
+        let steps = app.hub.preview_builtin(&run, builtin).await?;
+        let fired = [json!({ "metric": builtin, "steps": steps })];
+        return Ok(Json(json!({ "run_id": asked.run_id, "fired": fired })));
+    }
     let (metrics, through) = run.state(|st| (st.metrics.clone(), st.tail.last_seq));
     let read: HashMap<u32, String> = metrics
         .iter()
@@ -189,7 +202,10 @@ pub async fn test(
         run_id: String::new(),
         project: project.clone(),
         run_name: String::new(),
-        rule: format!("custom:{}", asked.rule.name),
+        rule: match asked.rule.builtin() {
+            Some(builtin) => builtin.to_string(),
+            None => format!("custom:{}", asked.rule.name),
+        },
         state: "test",
         step: 0,
         value: f64::NAN,

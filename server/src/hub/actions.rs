@@ -19,8 +19,8 @@ impl Hub {
         self.actions.get(rule).cloned()
     }
 
-    /// The action a stored alert's rule name carries: a built-in rule's `[actions.RULE]`, or
-    /// the page rule it names (`custom:NAME`, `custom:NAME/METRIC`) in the run's project.
+    /// The action a stored alert's rule name carries: a built-in rule's (from the page rule
+    /// of the project that picks it, else `[actions.RULE]`), or the page rule it names (`custom:NAME`, `custom:NAME/METRIC`) in the run's project.
     fn action_for_alert(&self, project: &str, rule: &str) -> Option<RuleAction> {
         match rule.strip_prefix("custom:") {
             Some(rest) => {
@@ -30,7 +30,10 @@ impl Hub {
                     .find(|(_, r)| r.name == name)
                     .and_then(|(_, r)| r.action.clone())
             }
-            None => self.action_of(rule),
+            None => self
+                .builtin_rule_of(project, rule)
+                .and_then(|r| r.action)
+                .or_else(|| self.action_of(rule)),
         }
     }
 

@@ -157,8 +157,13 @@ impl Hub {
             // Another hub of the cluster judges this run and raises its alerts.
             return;
         }
-        let action = self.action_of(rule);
-        self.alert_to(run, rule, action, &[], fired, step, value, message)
+        // A page rule of the run's project may pick this built-in's channels and action.
+        let project = run.state(|st| st.identity.project.clone());
+        let (action, channels) = match self.builtin_rule_of(&project, rule) {
+            Some(r) => (r.action.or_else(|| self.action_of(rule)), r.channels),
+            None => (self.action_of(rule), Vec::new()),
+        };
+        self.alert_to(run, rule, action, &channels, fired, step, value, message)
             .await;
     }
 

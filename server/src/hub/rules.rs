@@ -49,6 +49,14 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// The page rule of `project` that picks built-in `rule`'s channels and action.
+    pub fn builtin_rule_of(&self, project: &str, rule: &str) -> Option<PageRule> {
+        self.rules_of(project)
+            .iter()
+            .find(|(_, r)| r.builtin() == Some(rule))
+            .map(|(_, r)| r.clone())
+    }
+
     /// Adds a project's rule: stored, in force at once here and, told, on the other hubs.
     pub async fn add_rule(
         &self,
@@ -203,6 +211,65 @@ impl Hub {
             }
             out
         })
+    }
+}
+
+impl Hub {
+    /// The steps where built-in `rule` would have fired on the run's stored history: its
+    /// records replayed through a fresh judge, their wall times standing in for the hub's
+    /// clock (`stale`: a gap of `--stale-after` between records). `straggler` compares the
+    /// ranks of a job live and has no preview (none).
+    pub async fn preview_builtin(
+        &self,
+        run: &Arc<Run>,
+        rule: &str,
+    ) -> Result<Vec<i64>, StoreError> {
+        let (metrics, config, through) = run.state(|st| {
+            (
+                st.metrics.clone(),
+                st.identity.config_json.clone(),
+                st.tail.last_seq,
+            )
+        });
+        let rules = self.rules.clone();
+        let rule = rule.to_string();
+        let stale_after = self.policy.stale_after.as_secs_f64();
+        let judge = crate::alerts::RunRules::new(&config);
+        let (_, _, fired) = self
+            .store
+            .scan(
+                run.key,
+                0,
+                through,
+                (judge, None::<(i64, f64)>, Vec::new()),
+                move |(judge, last, fired), _, records| {
+                    let mut sample = crate::alerts::Sample::default();
+                    for r in records {
+                        if rule == "stale" {
+                            if last.is_some_and(|(_, at)| r.wall_time - at >= stale_after) {
+                                fired.push(last.map_or(r.step, |(s, _)| s));
+                            }
+                            *last = Some((r.step, r.wall_time));
+                            continue;
+                        }
+                        judge.sample(&rules, &metrics, r, &mut sample);
+                        let judged = judge.judge(&rules, r.step, &sample);
+                        for e in judge.events(&rules, r.step, judged, r.wall_time) {
+                            if let crate::alerts::Event::Fired {
+                                rule: name, step, ..
+                            } = e
+                            {
+                                if name == rule {
+                                    fired.push(step);
+                                }
+                            }
+                        }
+                    }
+                    std::ops::ControlFlow::Continue(())
+                },
+            )
+            .await?;
+        Ok(fired)
     }
 }
 
