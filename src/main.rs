@@ -5,6 +5,7 @@ mod command;
 mod demo;
 mod follow;
 mod token;
+mod watch;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -49,6 +50,9 @@ enum Command {
     Checkpoint(command::Target),
     /// Put a note (a marker with text) on a run's charts.
     Note(command::NoteArgs),
+    /// Watch the hub in a terminal (over SSH, in tmux): the run list, charts of the chosen
+    /// runs, their alerts and console, pushed live.
+    Watch(watch::WatchArgs),
 }
 
 #[derive(clap::Args)]
@@ -184,14 +188,17 @@ struct ServeArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    // The terminal view owns the screen: a log line would tear it.
+    if !matches!(cli.command, Command::Watch(_)) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info,tower_http=warn".into()),
+            )
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Tail(args) => follow::tail_file(args),
@@ -201,6 +208,7 @@ fn main() -> std::process::ExitCode {
         Command::Stop(args) => command::stop(args),
         Command::Checkpoint(args) => command::checkpoint(args),
         Command::Note(args) => command::note(args),
+        Command::Watch(args) => watch::watch(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -20,6 +20,7 @@
 //! * `web` — the web app in headless Chromium (`browser` drives it over DevTools).
 //! * `trust` — what the hub claims is true: a write token stays in its project, a revoked
 //!   token's sockets close, names with control characters are refused.
+//! * `watch` — `stepstream watch` in tmux: it follows a live run, zooms, resizes, quits.
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
 mod bench_web;
@@ -43,4 +44,5 @@ mod tail;
 mod tls;
 mod trust;
 mod util;
+mod watch;
 mod web;

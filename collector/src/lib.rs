@@ -29,6 +29,9 @@ mod spool;
 mod stats;
 pub mod system;
 mod tls;
+/// The TLS client configuration a collector uses (web PKI roots and a private CA file), for
+/// the other clients of a hub (`stepstream watch`).
+pub use tls::client_config as tls_client_config;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
