@@ -162,7 +162,7 @@ struct ServeArgs {
     /// cluster the other hubs' viewers see it after). Fewer busy runs never wait.
     #[arg(long, default_value_t = stepstream_server::DEFAULT_COMMIT_INTERVAL.as_secs_f64() * 1e3)]
     commit_interval: f64,
-    /// Alert rules and notification channels (TOML; see README). Without it the default
+    /// Alert rules and notification channels (TOML; see docs/alerts.md). Without it the default
     /// rules run and alerts show in the web app, with no notifications.
     #[arg(long, env = "STEPSTREAM_ALERTS")]
     alerts: Option<PathBuf>,
@@ -182,7 +182,7 @@ struct ServeArgs {
     trusted_proxy: Vec<std::net::IpAddr>,
     /// A limit, NAME=VALUE (repeatable): record_values, run_metrics, name_bytes,
     /// config_bytes, batch_records, runs, runs_per_project, connections_per_addr,
-    /// viewer_budget. See the README for the defaults.
+    /// viewer_budget. See docs/hub.md for the defaults.
     #[arg(long = "limit", value_name = "NAME=VALUE")]
     limits: Vec<String>,
 }

@@ -1,6 +1,6 @@
 //! `stepstream-fuzz TARGET COUNT [SEED]`: runs a fuzz target on COUNT mutated inputs (all
 //! targets with `all`), seeded from the golden frames and sample CSVs, on every core; crashes
-//! go to `fuzz/regressions/TARGET/`. See the README's "Fuzzing".
+//! go to `fuzz/regressions/TARGET/`.
 
 use std::path::{Path, PathBuf};
 

@@ -334,7 +334,10 @@ fn draw_panel(frame: &mut Frame, app: &App, look: &Look, area: Rect) {
                 Span::styled(format!("{word:>8} "), look.fg(colour)),
                 Span::raw(format!(
                     "{} {} step {}: {}",
-                    a.run_id,
+                    app.runs
+                        .iter()
+                        .find(|r| r.run_id == a.run_id)
+                        .map_or(a.run_id.to_string(), label),
                     a.rule,
                     a.step,
                     a.message.lines().next().unwrap_or("")
