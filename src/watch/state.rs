@@ -364,9 +364,11 @@ impl App {
 
     /// The steps the chart spans: the zoom window, or every point of the chosen runs.
     pub fn span(&self) -> Option<(i64, i64)> {
-        if let Some(w) = self.window {
-            return Some(w);
-        }
+        self.window.or_else(|| self.whole_span())
+    }
+
+    /// The steps of every point of the chosen runs' charted metric.
+    fn whole_span(&self) -> Option<(i64, i64)> {
         let metric = self.metric.as_ref()?;
         let mut span: Option<(i64, i64)> = None;
         for r in &self.chosen {
@@ -504,20 +506,10 @@ impl App {
 
     /// Whether the window holds every point of the chosen runs.
     fn covers_all(&self) -> bool {
-        let Some((a, b)) = self.window else {
-            return true;
-        };
-        let mut all: Option<(i64, i64)> = None;
-        if let Some(metric) = &self.metric {
-            for r in &self.chosen {
-                if let Some(pts) = self.series.get(r).and_then(|s| s.points.get(metric)) {
-                    for &(s, _) in pts.iter().take(1).chain(pts.last()) {
-                        all = Some(all.map_or((s, s), |(x, y)| (x.min(s), y.max(s))));
-                    }
-                }
-            }
+        match (self.window, self.whole_span()) {
+            (Some((a, b)), Some((x, y))) => a <= x && b >= y,
+            _ => true,
         }
-        all.is_none_or(|(x, y)| a <= x && b >= y)
     }
 
     /// Asks the hub for every raw point of the window (thinned to the chart's width only

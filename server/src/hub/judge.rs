@@ -103,17 +103,7 @@ impl Hub {
             return;
         }
         for a in self.judge_page_rules(run, records) {
-            self.alert_to(
-                run,
-                &a.rule,
-                a.action,
-                &a.channels,
-                a.fired,
-                a.step,
-                a.value,
-                a.message,
-            )
-            .await;
+            self.raise_page(run, a).await;
         }
     }
 
@@ -165,6 +155,21 @@ impl Hub {
         };
         self.alert_to(run, rule, action, &channels, fired, step, value, message)
             .await;
+    }
+
+    /// Raises an alert a page rule said.
+    async fn raise_page(&self, run: &Arc<Run>, a: super::rules::PageAlert) {
+        self.alert_to(
+            run,
+            &a.rule,
+            a.action,
+            &a.channels,
+            a.fired,
+            a.step,
+            a.value,
+            a.message,
+        )
+        .await;
     }
 
     /// Stores, tells and notifies (on the channels of these kinds; all when empty) an alert
@@ -311,17 +316,7 @@ impl Hub {
             }
             if !run.state(|st| st.status.is_terminal()) {
                 for a in self.stale_page_rules(&run, now) {
-                    self.alert_to(
-                        &run,
-                        &a.rule,
-                        a.action,
-                        &a.channels,
-                        a.fired,
-                        a.step,
-                        a.value,
-                        a.message,
-                    )
-                    .await;
+                    self.raise_page(&run, a).await;
                 }
             }
             let change = run.state_mut(|st| {
