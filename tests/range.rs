@@ -142,14 +142,15 @@ pub fn batches_that_go_backwards_are_found(hub: &Hub) {
     };
     // Batch 1 spans 0..=9; batch 2 (an evaluation written late, then a resumed run) jumps
     // from 50,000 back to 3; batch 3 continues at 50,001; batch 4 spans nearly all of i64;
-    // then a thousand narrow batches.
+    // then 2,500 narrow batches.
     let mut batches = vec![
         (0..10).map(rec).collect::<Vec<_>>(),
         vec![rec(50_000), rec(3), rec(4)],
         vec![rec(50_001)],
         vec![rec(i64::MIN + 1), rec(i64::MAX - 1)],
     ];
-    batches.extend((0..1000).map(|b| vec![rec(60_000 + 2 * b), rec(60_001 + 2 * b)]));
+    // Enough that the store packs them (`store::pack`), the wide batches with them.
+    batches.extend((0..2500).map(|b| vec![rec(60_000 + 2 * b), rec(60_001 + 2 * b)]));
     let last = batches.len() as u64;
     for (i, records) in batches.into_iter().enumerate() {
         c.send(ToHub::Batch(Batch {

@@ -113,6 +113,14 @@ pub async fn start(
         source,
     })?;
     tracing::info!(store = %where_, runs = runs.len(), "database open");
+    // Ended runs' batches stored before packs existed, or left short of a pack by a hub that
+    // stopped: packed in the background, a few packs per transaction.
+    store.pack_in_background(
+        runs.iter()
+            .filter(|r| r.status.is_terminal())
+            .map(|r| r.key)
+            .collect(),
+    );
     let hub = Hub::new(
         store,
         runs,

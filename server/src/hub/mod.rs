@@ -655,15 +655,18 @@ fn heard_from(
 
 /// Records equal bit for bit (NaN equals NaN of the same bits).
 fn same_records(a: &[StepRecord], b: &[StepRecord]) -> bool {
+    // A record's values as a set: a pack gives them back in metric id order (a metric is
+    // once per record, so the set is the record).
+    let values = |r: &StepRecord| {
+        let mut v: Vec<(u32, u64)> = r.values.iter().map(|(i, v)| (i.0, v.to_bits())).collect();
+        v.sort_unstable();
+        v
+    };
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
             x.step == y.step
                 && x.wall_time.to_bits() == y.wall_time.to_bits()
-                && x.values.len() == y.values.len()
-                && x.values
-                    .iter()
-                    .zip(&y.values)
-                    .all(|(p, q)| p.0 == q.0 && p.1.to_bits() == q.1.to_bits())
+                && values(x) == values(y)
         })
 }
 

@@ -93,6 +93,12 @@ pub(super) enum Command {
     /// A command moved on (never back: a state at or below the stored one changes nothing);
     /// answered with whether it moved. `id: None` moves every command of the run that is
     /// not final yet (a run that ended expires them).
+    /// Packs a run's batches after its last pack, the tail included (`store::pack`); answers
+    /// whether batches are left for another command (at most `PACKS_PER_COMMAND` packs each).
+    Pack {
+        key: RunKey,
+        reply: oneshot::Sender<Result<bool>>,
+    },
     MoveOrder {
         key: RunKey,
         id: Option<u64>,
@@ -338,7 +344,7 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
                 _ => unreachable!("a rule's insert yields its id"),
             }));
         }
-        Command::DeleteRule { reply, .. } => {
+        Command::DeleteRule { reply, .. } | Command::Pack { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
         }
         Command::QueueOrder { reply, .. } => {

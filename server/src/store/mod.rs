@@ -21,6 +21,7 @@
 mod blob;
 mod command;
 mod items;
+mod pack;
 mod postgres;
 mod reads;
 mod sqlite;
@@ -325,6 +326,31 @@ impl Store {
         .await
     }
 
+    /// Packs the run's batches after its last pack, its tail included (`pack`), at most
+    /// `pack::PACKS_PER_COMMAND` packs; answers whether batches are left for another call.
+    pub async fn pack(&self, key: RunKey) -> Result<bool> {
+        self.call(|reply| Command::Pack { key, reply }).await
+    }
+
+    /// Packs these runs' batches on a task of its own, one command after another.
+    pub fn pack_in_background(&self, keys: Vec<RunKey>) {
+        let store = self.clone();
+        tokio::spawn(async move {
+            for key in keys {
+                loop {
+                    match store.pack(key).await {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(e) => {
+                            tracing::warn!(run_key = key, error = %e, "packing a run's batches failed");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
     pub async fn define_metrics(&self, key: RunKey, metrics: Vec<MetricDef>) -> Result<()> {
         self.call(|reply| Command::DefineMetrics {
             key,
@@ -557,18 +583,26 @@ impl Store {
 struct Batches {
     key: RunKey,
     records: Vec<StepRecord>,
+    /// The batches wanted: `after < seq <= through`.
+    after: u64,
+    through: u64,
+    /// A step range read: of a pack's batches, only those with a step in it are wanted.
+    steps: Option<(i64, i64)>,
 }
 
 impl Batches {
-    fn new(key: RunKey) -> Batches {
+    fn new(key: RunKey, (after, through): (u64, u64), steps: Option<(i64, i64)>) -> Batches {
         Batches {
             key,
             records: Vec::new(),
+            after,
+            through,
+            steps,
         }
     }
 
-    /// Hands the blob's records to `f`; a blob that does not decode is
-    /// [`StoreError::Corrupt`].
+    /// Hands the row's batches that are wanted to `f`, each with its records; a blob that
+    /// does not decode is [`StoreError::Corrupt`].
     fn visit<S>(
         &mut self,
         seq: u64,
@@ -576,11 +610,32 @@ impl Batches {
         state: &mut S,
         f: &mut impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()>,
     ) -> Result<ControlFlow<()>> {
-        self.records.clear();
-        decode_records(blob, &mut self.records).ok_or(StoreError::Corrupt {
+        let corrupt = StoreError::Corrupt {
             run_key: self.key,
             seq,
-        })?;
+        };
+        let wanted = self.after + 1..=self.through;
+        if pack::is_pack(blob) {
+            let pack = pack::decode_pack(blob).ok_or(corrupt)?;
+            let touches = |records: &[StepRecord]| {
+                self.steps
+                    .is_none_or(|(lo, hi)| records.iter().any(|r| (lo..=hi).contains(&r.step)))
+            };
+            for (seq, records) in pack
+                .batches()
+                .filter(|(s, r)| wanted.contains(s) && touches(r))
+            {
+                if f(state, seq, records).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            return Ok(ControlFlow::Continue(()));
+        }
+        if !wanted.contains(&seq) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        self.records.clear();
+        decode_records(blob, &mut self.records).ok_or(corrupt)?;
         Ok(f(state, seq, &self.records))
     }
 }

@@ -6,6 +6,7 @@
 
 use super::blob::visit_values;
 use super::items::{ItemQuery, StoredItem};
+use super::pack::{decode_pack, is_pack};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
@@ -30,8 +31,9 @@ pub(super) trait Dialect: Send + Sync + 'static {
     fn load_runs(conn: &mut Self::Conn, run_id: Option<&str>) -> Result<Vec<StoredRun>>;
     /// The run's alerts, oldest first (their `run_id` left for the caller to fill).
     fn alerts(conn: &mut Self::Conn, key: RunKey, run_id: &RunId) -> Result<Vec<Alert>>;
-    /// Each stored batch with `after < seq <= through`, in sequence order, until `visit`
-    /// breaks.
+    /// Each stored row holding a batch with `after < seq <= through`, in sequence order,
+    /// until `visit` breaks: a pack (`store::pack`) may hold batches outside the range too,
+    /// which the caller skips.
     fn batches(
         conn: &mut Self::Conn,
         key: RunKey,
@@ -171,7 +173,10 @@ impl<D: Dialect> Reads<D> {
         mut f: impl FnMut(&mut S, u64, &[StepRecord]) -> ControlFlow<()> + Send + 'static,
     ) -> Result<S> {
         self.read(move |c| {
-            let mut batches = Batches::new(key);
+            let mut batches = match which {
+                Which::Seqs(after, through) => Batches::new(key, (after, through), None),
+                Which::Steps(steps, through) => Batches::new(key, (0, through), Some(steps)),
+            };
             let mut visit = |seq, blob: &[u8]| batches.visit(seq, blob, &mut state, &mut f);
             match which {
                 Which::Seqs(after, through) => D::batches(c, key, after, through, &mut visit)?,
@@ -194,8 +199,22 @@ impl<D: Dialect> Reads<D> {
     ) -> Result<S> {
         self.read(move |c| {
             D::batches(c, key, after_seq, through_seq, &mut |seq, blob| {
-                visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v))
-                    .ok_or(StoreError::Corrupt { run_key: key, seq })?;
+                let corrupt = StoreError::Corrupt { run_key: key, seq };
+                if !is_pack(blob) {
+                    visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v)).ok_or(corrupt)?;
+                    return Ok(ControlFlow::Continue(()));
+                }
+                let pack = decode_pack(blob).ok_or(corrupt)?;
+                for (_, records) in pack
+                    .batches()
+                    .filter(|(s, _)| (after_seq + 1..=through_seq).contains(s))
+                {
+                    for r in records {
+                        for &(id, v) in &r.values {
+                            f(&mut state, r.step, r.wall_time, id, v);
+                        }
+                    }
+                }
                 Ok(ControlFlow::Continue(()))
             })?;
             Ok(state)

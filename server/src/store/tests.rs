@@ -507,3 +507,5 @@ async fn a_commands_state_only_moves_forward() {
     );
     assert!(!set(None, S::Expired).await, "nothing left to expire");
 }
+
+mod packs;

@@ -58,9 +58,10 @@ pub(super) fn open(
     Ok((tx, reads, runs))
 }
 
-/// Blobs of `run_key`'s batches with `after < seq <= through`, in sequence order.
-const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $2 AND seq <= $3 \
-                    ORDER BY seq";
+/// Blobs of `run_key`'s rows holding a batch with `after < seq <= through`, in sequence
+/// order: a pack starts at most `PACK_SEQS` before the batches it holds (`$4`).
+const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $4 AND seq <= $3 \
+                    AND coalesce(seq_end, seq) > $2 ORDER BY seq";
 
 impl Reads<Postgres> {
     pub(super) async fn size(&self) -> Result<u64> {
@@ -230,7 +231,13 @@ impl Dialect for Postgres {
         through: u64,
         visit: &mut Visit<'_>,
     ) -> Result<()> {
-        let params: [i64; 3] = [key, after as i64, through as i64];
+        let reach = after as i64 - super::pack::PACK_SEQS as i64;
+        let params: [i64; 4] = [
+            key,
+            after as i64,
+            through.min(i64::MAX as u64) as i64,
+            reach,
+        ];
         each_batch(client.query_raw(SCAN, params)?, visit)
     }
 

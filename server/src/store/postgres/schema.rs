@@ -144,6 +144,14 @@ CREATE TABLE IF NOT EXISTS page_rules (
     at DOUBLE PRECISION NOT NULL
 );
 ",
+    "
+-- Packs (`store::pack`): a row may hold the batches `seq..=seq_end` (NULL: one batch). A
+-- run's batches through `packed_seq` are in packs; the unpacked ones' values and records.
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS seq_end BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS packed_seq BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS unpacked_values BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS unpacked_records BIGINT NOT NULL DEFAULT 0;
+",
 ];
 
 /// Any number: the advisory lock's key for migrations.

@@ -2,12 +2,14 @@
 //! transaction, with the same meaning as SQLite's, plus the writer claim that several hubs
 //! need (a hub's memory only knows its own connections).
 
-use super::super::blob::{encode_records, encode_values, span_class, step_range};
+use super::super::blob::{decode_records, encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
+use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
 use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
 use stepstream_protocol::ItemKind;
+use stepstream_protocol::StepRecord;
 
 /// The write connection, owned by the writer thread, made again when it breaks (a restarted
 /// server, a terminated backend, a network cut): the failed transaction's commands were
@@ -160,12 +162,15 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             // is not stored (it failed in an earlier transaction) must not be stored either.
             // The row lock this takes also orders two hubs storing the same run.
             let range = step_range(records);
-            let follows = tx.execute(
+            let values: usize = records.iter().map(|r| r.values.len()).sum();
+            let follows = tx.query_opt(
                 "UPDATE runs SET last_seq = $2::BIGINT, last_step = $3, last_point_at = $4, records = \
                  $5, last_values = $6, last_activity = GREATEST(last_activity, $7), \
                  writer_seen = extract(epoch from clock_timestamp()), status = CASE WHEN \
-                 status = 'stale' THEN 'running' ELSE status END WHERE key = $1 AND last_seq = \
-                 $2::BIGINT - 1",
+                 status = 'stale' THEN 'running' ELSE status END, unpacked_values = \
+                 unpacked_values + $8, unpacked_records = unpacked_records + $9 \
+                 WHERE key = $1 AND last_seq = $2::BIGINT - 1 \
+                 RETURNING packed_seq, unpacked_values, unpacked_records",
                 &[
                     key,
                     &(*seq as i64),
@@ -174,14 +179,21 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     &(tail.records as i64),
                     &encode_values(&tail.last_values),
                     &stepstream_protocol::unix_now(),
+                    &(values as i64),
+                    &(records.len() as i64),
                 ],
             )?;
-            if follows == 0 {
+            let Some(unpacked) = follows else {
                 let stored: i64 = tx
                     .query_one("SELECT last_seq FROM runs WHERE key = $1", &[key])?
                     .get(0);
                 return not_next(*key, *seq, stored as u64);
-            }
+            };
+            let due = Unpacked {
+                batches: *seq - unpacked.get::<_, i64>(0) as u64,
+                values: unpacked.get::<_, i64>(1) as u64,
+                records: unpacked.get::<_, i64>(2) as u64,
+            };
             let blob = encode_records(records).map_err(|e| StoreError::Schema(e.to_string()))?;
             tx.execute(
                 "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class) VALUES \
@@ -199,6 +211,9 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             if !items.is_empty() {
                 insert_items(tx, *key, *seq, items, *console_cap)?;
             }
+            if due.make_a_pack() {
+                pack_run(tx, *key, false, usize::MAX)?;
+            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
@@ -212,8 +227,18 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 "UPDATE runs SET status = $2, status_message = $3, status_at = $4 WHERE key = $1",
                 &[key, &status.as_str(), message, at],
             )?;
+            if status.is_terminal() {
+                // Its last batches: nothing more will make them a pack.
+                pack_run(tx, *key, true, PACKS_PER_COMMAND)?;
+            }
             Ok(Applied::Done)
         }
+        Command::Pack { key, .. } => Ok(Applied::Inserted(pack_run(
+            tx,
+            *key,
+            true,
+            PACKS_PER_COMMAND,
+        )?)),
         Command::AddAlert { key, alert, .. } => {
             tx.execute(
                 "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) VALUES ($1, \
@@ -383,5 +408,89 @@ fn insert_items(
             &[&key, &excess],
         )?;
     }
+    Ok(())
+}
+
+/// Packs the run's batches after its `packed_seq` (`store::pack`), at most `most` packs:
+/// the batches short of a whole pack stay as they are unless `all`. Returns whether batches
+/// are left that `all` would pack. The run's row is locked first (`FOR UPDATE`), so two hubs
+/// never pack the same batches: the second sees the first's `packed_seq`.
+fn pack_run(
+    tx: &mut postgres::Transaction<'_>,
+    key: RunKey,
+    all: bool,
+    most: usize,
+) -> Result<bool> {
+    let row = tx.query_one(
+        "SELECT packed_seq, last_seq FROM runs WHERE key = $1 FOR UPDATE",
+        &[&key],
+    )?;
+    let (packed, last): (i64, i64) = (row.get(0), row.get(1));
+    let read = tx.prepare("SELECT data FROM batches WHERE run_key = $1 AND seq = $2")?;
+    let start = packed as u64 + 1;
+    let mut first = start;
+    let mut batches: Vec<Vec<StepRecord>> = Vec::new();
+    let mut due = Unpacked::default();
+    let mut made = 0;
+    for seq in start..=last as u64 {
+        if made == most {
+            break;
+        }
+        let corrupt = StoreError::Corrupt { run_key: key, seq };
+        let row = tx.query_opt(&read, &[&key, &(seq as i64)])?;
+        let blob: Vec<u8> = row.ok_or(corrupt)?.get(0);
+        let mut records = Vec::new();
+        decode_records(&blob, &mut records).ok_or(StoreError::Corrupt { run_key: key, seq })?;
+        due.add(&records);
+        batches.push(records);
+        if due.make_a_pack() || (all && seq == last as u64) {
+            write_pack(tx, key, first, &batches)?;
+            made += 1;
+            first = seq + 1;
+            batches.clear();
+            due = Unpacked::default();
+        }
+    }
+    tx.execute(
+        "UPDATE runs SET packed_seq = $2, unpacked_values = $3, unpacked_records = $4 \
+         WHERE key = $1",
+        &[
+            &key,
+            &(first as i64 - 1),
+            &(due.values as i64),
+            &(due.records as i64),
+        ],
+    )?;
+    Ok(all && first <= last as u64)
+}
+
+/// Replaces the rows of batches `first..` with one pack of them.
+fn write_pack(
+    tx: &mut postgres::Transaction<'_>,
+    key: RunKey,
+    first: u64,
+    batches: &[Vec<StepRecord>],
+) -> Result<()> {
+    let last = first + batches.len() as u64 - 1;
+    let all: Vec<StepRecord> = batches.iter().flatten().cloned().collect();
+    let range = step_range(&all);
+    tx.execute(
+        "DELETE FROM batches WHERE run_key = $1 AND seq >= $2 AND seq <= $3",
+        &[&key, &(first as i64), &(last as i64)],
+    )?;
+    tx.execute(
+        "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class, seq_end) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &key,
+            &(first as i64),
+            &(all.len() as i32),
+            &encode_pack(first, batches),
+            &range.map(|r| r.0),
+            &range.map(|r| r.1),
+            &(span_class(range) as i16),
+            &(last as i64),
+        ],
+    )?;
     Ok(())
 }

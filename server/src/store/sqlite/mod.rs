@@ -13,6 +13,7 @@ use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
 use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
+use super::pack::PACK_SEQS;
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
@@ -24,9 +25,10 @@ use stepstream_protocol::ItemKind;
 use stepstream_protocol::{Alert, RunId};
 use tokio::sync::mpsc;
 
-/// Blobs of a run's batches with `after < seq <= through`, in sequence order.
-const SCAN: &str =
-    "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
+/// Blobs of a run's rows holding a batch with `after < seq <= through`, in sequence order: a
+/// pack starts at most `PACK_SEQS` before the batches it holds (`?4`).
+const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?4 AND seq <= ?3 \
+     AND coalesce(seq_end, seq) > ?2 ORDER BY seq";
 
 /// SQLite's reads: connections to the database file.
 pub(super) struct Sqlite {
@@ -191,7 +193,13 @@ impl Dialect for Sqlite {
         visit: &mut Visit<'_>,
     ) -> Result<()> {
         let mut stmt = conn.prepare_cached(SCAN)?;
-        let rows = stmt.query(params![key, after as i64, through as i64])?;
+        let reach = after as i64 - PACK_SEQS as i64;
+        let rows = stmt.query(params![
+            key,
+            after as i64,
+            through.min(i64::MAX as u64) as i64,
+            reach
+        ])?;
         let _ = each_batch(rows, visit)?;
         Ok(())
     }

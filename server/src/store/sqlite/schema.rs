@@ -38,7 +38,12 @@ CREATE TABLE IF NOT EXISTS runs (
     console_lines INTEGER NOT NULL DEFAULT 0,
     console_kept INTEGER NOT NULL DEFAULT 0,
     -- Bytes of the run's samples (text, tables, histograms, images).
-    sample_bytes INTEGER NOT NULL DEFAULT 0
+    sample_bytes INTEGER NOT NULL DEFAULT 0,
+    -- Every batch through this one is in a pack (`store::pack`), and the values and records
+    -- of the batches after it, which the next pack will hold.
+    packed_seq INTEGER NOT NULL DEFAULT 0,
+    unpacked_values INTEGER NOT NULL DEFAULT 0,
+    unpacked_records INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_key INTEGER NOT NULL,
@@ -64,6 +69,8 @@ CREATE TABLE IF NOT EXISTS batches (
     hi_step INTEGER,
     span_class INTEGER NOT NULL DEFAULT 0,
     data BLOB NOT NULL,
+    -- A pack's last batch (`store::pack`: it holds `seq..=seq_end`); NULL for one batch.
+    seq_end INTEGER,
     PRIMARY KEY (run_key, seq)
 );
 -- Console lines and samples (`store::items`), apart from the records' blobs.
@@ -128,7 +135,7 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
@@ -136,7 +143,9 @@ const SCHEMA_VERSION: i64 = 5;
 /// are exact on old runs too. Version 2 found range reads through one widest span per run;
 /// version 3 through each batch's span class. Version 4 added console lines and samples
 /// (the `items` table, created by [`SCHEMA`], and the runs' console counts); version 5 the
-/// `commands`, `alert_acks` and `page_rules` tables (created by [`SCHEMA`]). One transaction: an interrupted migration
+/// `commands`, `alert_acks` and `page_rules` tables (created by [`SCHEMA`]); version 6 packs
+/// (`batches.seq_end`, the runs' `packed_seq` and unpacked counts; the batches stored before
+/// are packed by the writer afterwards, `Store::open`). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -163,6 +172,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         ("console_lines", "INTEGER NOT NULL DEFAULT 0"),
         ("console_kept", "INTEGER NOT NULL DEFAULT 0"),
         ("sample_bytes", "INTEGER NOT NULL DEFAULT 0"),
+        ("packed_seq", "INTEGER NOT NULL DEFAULT 0"),
+        ("unpacked_values", "INTEGER NOT NULL DEFAULT 0"),
+        ("unpacked_records", "INTEGER NOT NULL DEFAULT 0"),
     ] {
         if !has("runs", column)? {
             tx.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))?;
@@ -212,6 +224,10 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
                 (row.get(0)?, row.get(1)?, row.get(2)?);
             write.execute(params![rowid, span_class(lo.zip(hi))])?;
         }
+    }
+    if !has("batches", "seq_end")? {
+        // NULL: one batch, as every row stored before packs was.
+        tx.execute_batch("ALTER TABLE batches ADD COLUMN seq_end INTEGER")?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;

@@ -1,12 +1,14 @@
 //! SQLite's side of the writer thread: each command applied inside the group's transaction.
 
-use super::super::blob::{encode_records, encode_values, span_class, step_range};
+use super::super::blob::{decode_records, encode_records, encode_values, span_class, step_range};
 use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
-use super::super::{held_by_another, other_project, Result, RunKey, WRITER_SILENCE_S};
-use rusqlite::{params, Connection};
+use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
+use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
+use rusqlite::{params, Connection, OptionalExtension};
 use stepstream_protocol::ItemKind;
+use stepstream_protocol::StepRecord;
 
 /// The write connection, owned by the writer thread, and the checkpointer it wakes.
 pub(in crate::store) struct Sqlite {
@@ -111,29 +113,39 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let range = step_range(records);
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
-            let follows = tx
+            let values: usize = records.iter().map(|r| r.values.len()).sum();
+            let unpacked: Option<(i64, i64, i64)> = tx
                 .prepare_cached(
                     "UPDATE runs SET last_seq = ?2, last_step = ?3, last_point_at = ?4, \
                      records = ?5, last_values = ?6, last_activity = max(last_activity, ?7), \
                      writer_seen = max(writer_seen, ?7), \
-                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END \
-                     WHERE key = ?1 AND last_seq = ?2 - 1",
+                     status = CASE WHEN status = 'stale' THEN 'running' ELSE status END, \
+                     unpacked_values = unpacked_values + ?8, \
+                     unpacked_records = unpacked_records + ?9 \
+                     WHERE key = ?1 AND last_seq = ?2 - 1 \
+                     RETURNING packed_seq, unpacked_values, unpacked_records",
                 )?
-                .execute(params![
-                    key,
-                    *seq as i64,
-                    tail.last_step,
-                    tail.last_point_at,
-                    tail.records as i64,
-                    encode_values(&tail.last_values),
-                    protocol_now(),
-                ])?;
-            if follows == 0 {
+                .query_row(
+                    params![
+                        key,
+                        *seq as i64,
+                        tail.last_step,
+                        tail.last_point_at,
+                        tail.records as i64,
+                        encode_values(&tail.last_values),
+                        protocol_now(),
+                        values as i64,
+                        records.len() as i64,
+                    ],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            let Some((packed_seq, unpacked_values, unpacked_records)) = unpacked else {
                 let stored: i64 = tx
                     .prepare_cached("SELECT last_seq FROM runs WHERE key = ?1")?
                     .query_row(params![key], |row| row.get(0))?;
                 return not_next(*key, *seq, stored as u64);
-            }
+            };
             let blob = encode_records(records)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             tx.prepare_cached(
@@ -152,6 +164,14 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             if !items.is_empty() {
                 insert_items(tx, *key, *seq, items, *console_cap)?;
             }
+            let due = Unpacked {
+                batches: *seq - packed_seq as u64,
+                values: unpacked_values as u64,
+                records: unpacked_records as u64,
+            };
+            if due.make_a_pack() {
+                pack_run(tx, *key, false, usize::MAX)?;
+            }
             Ok(Applied::Inserted(true))
         }
         Command::SetStatus {
@@ -165,8 +185,18 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                 "UPDATE runs SET status = ?2, status_message = ?3, status_at = ?4 WHERE key = ?1",
             )?
             .execute(params![key, status.as_str(), message, at])?;
+            if status.is_terminal() {
+                // Its last batches: nothing more will make them a pack.
+                pack_run(tx, *key, true, PACKS_PER_COMMAND)?;
+            }
             Ok(Applied::Done)
         }
+        Command::Pack { key, .. } => Ok(Applied::Inserted(pack_run(
+            tx,
+            *key,
+            true,
+            PACKS_PER_COMMAND,
+        )?)),
         Command::AddAlert { key, alert, .. } => {
             tx.prepare_cached(
                 "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) \
@@ -322,6 +352,81 @@ fn insert_items(
         tx.prepare_cached("UPDATE runs SET console_kept = console_kept - ?2 WHERE key = ?1")?
             .execute(params![key, excess])?;
     }
+    Ok(())
+}
+
+/// Packs the run's batches after its `packed_seq` (`store::pack`), at most `most` packs:
+/// the batches short of a whole pack stay as they are unless `all`. Returns whether batches
+/// are left that `all` would pack.
+fn pack_run(tx: &rusqlite::Transaction<'_>, key: RunKey, all: bool, most: usize) -> Result<bool> {
+    let (packed, last): (i64, i64) = tx
+        .prepare_cached("SELECT packed_seq, last_seq FROM runs WHERE key = ?1")?
+        .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let mut read = tx.prepare_cached("SELECT data FROM batches WHERE run_key = ?1 AND seq = ?2")?;
+    let start = packed as u64 + 1;
+    let mut first = start;
+    let mut batches: Vec<Vec<StepRecord>> = Vec::new();
+    let mut due = Unpacked::default();
+    let mut made = 0;
+    for seq in start..=last as u64 {
+        if made == most {
+            break;
+        }
+        let mut records = Vec::new();
+        let blob: Option<Vec<u8>> = read
+            .query_row(params![key, seq as i64], |r| r.get(0))
+            .optional()?;
+        let blob = blob.ok_or(StoreError::Corrupt { run_key: key, seq })?;
+        decode_records(&blob, &mut records).ok_or(StoreError::Corrupt { run_key: key, seq })?;
+        due.add(&records);
+        batches.push(records);
+        if due.make_a_pack() || (all && seq == last as u64) {
+            write_pack(tx, key, first, &batches)?;
+            made += 1;
+            first = seq + 1;
+            batches.clear();
+            due = Unpacked::default();
+        }
+    }
+    tx.prepare_cached(
+        "UPDATE runs SET packed_seq = ?2, unpacked_values = ?3, unpacked_records = ?4 \
+         WHERE key = ?1",
+    )?
+    .execute(params![
+        key,
+        first as i64 - 1,
+        due.values as i64,
+        due.records as i64
+    ])?;
+    Ok(all && first <= last as u64)
+}
+
+/// Replaces the rows of batches `first..` with one pack of them.
+fn write_pack(
+    tx: &rusqlite::Transaction<'_>,
+    key: RunKey,
+    first: u64,
+    batches: &[Vec<StepRecord>],
+) -> Result<()> {
+    let last = first + batches.len() as u64 - 1;
+    let all: Vec<StepRecord> = batches.iter().flatten().cloned().collect();
+    let range = step_range(&all);
+    tx.prepare_cached("DELETE FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3")?
+        .execute(params![key, first as i64, last as i64])?;
+    tx.prepare_cached(
+        "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class, seq_end) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        key,
+        first as i64,
+        all.len() as i64,
+        encode_pack(first, batches),
+        range.map(|r| r.0),
+        range.map(|r| r.1),
+        span_class(range),
+        last as i64,
+    ])?;
     Ok(())
 }
 
