@@ -58,15 +58,28 @@ impl Unpacked {
 
     /// Whether these batches make a pack.
     pub fn make_a_pack(&self) -> bool {
-        self.values >= PACK_VALUES || self.records >= PACK_RECORDS || self.batches >= PACK_SEQS
+        PACKING.load(std::sync::atomic::Ordering::Relaxed)
+            && (self.values >= PACK_VALUES
+                || self.records >= PACK_RECORDS
+                || self.batches >= PACK_SEQS)
     }
+}
+
+/// Off only in the storage benchmark, whose reference is the store without packs (each
+/// batch its own row, as before them).
+static PACKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the writer packs from now on (the storage benchmark's reference turns it off).
+#[cfg(test)]
+pub fn set_packing(on: bool) {
+    PACKING.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 const DENSE: u8 = 1;
 const F32: u8 = 2;
 
 fn config() -> ChunkConfig {
-    ChunkConfig::default().with_compression_level(8)
+    ChunkConfig::default().with_compression_level(4)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -230,9 +243,16 @@ pub(super) fn is_pack(blob: &[u8]) -> bool {
     blob.first() == Some(&PACK_VERSION)
 }
 
-/// Decodes a pack; `None` if it is damaged (no pack decodes into more records or values than
-/// its bytes could describe, so a damaged one cannot make this allocate without bound).
-pub(super) fn decode_pack(blob: &[u8]) -> Option<Decoded> {
+/// A pack's head and its step and wall-time columns, the reader left at its metric columns.
+struct Head<'a> {
+    first_seq: u64,
+    starts: Vec<usize>,
+    steps: Vec<i64>,
+    walls: Vec<f64>,
+    rest: Reader<'a>,
+}
+
+fn head(blob: &[u8]) -> Option<Head<'_>> {
     let mut r = Reader(blob);
     if r.byte()? != PACK_VERSION {
         return None;
@@ -246,31 +266,36 @@ pub(super) fn decode_pack(blob: &[u8]) -> Option<Decoded> {
         n = n.checked_add(r.len(u32::MAX as usize)?)?;
         starts.push(n);
     }
-    // pco spends at least a bit per number, except on runs of one value: bound what the
-    // counts may claim by what a run of records could need at most.
     if n > (u32::MAX as usize) {
         return None;
     }
     let steps: Vec<i64> = column(&mut r, n)?;
     let walls: Vec<f64> = column(&mut r, n)?;
-    let mut records: Vec<StepRecord> = steps
-        .into_iter()
-        .zip(walls)
-        .map(|(step, wall_time)| StepRecord {
-            step,
-            wall_time,
-            values: Vec::new(),
-        })
-        .collect();
+    Some(Head {
+        first_seq,
+        starts,
+        steps,
+        walls,
+        rest: r,
+    })
+}
+
+/// Walks a pack's metric columns: `f(metric, record indices or None for every record,
+/// values)`; `None` if the pack is damaged.
+fn columns(
+    r: &mut Reader<'_>,
+    n: usize,
+    mut f: impl FnMut(MetricId, Option<&[usize]>, Vec<f64>),
+) -> Option<()> {
     let n_columns = r.len(r.0.len())?;
+    let mut at = Vec::new();
     for _ in 0..n_columns {
         let id = MetricId(u32::try_from(r.varint()?).ok()?);
         let flags = r.byte()?;
-        let at: Option<Vec<usize>> = if flags & DENSE != 0 {
-            None
-        } else {
+        let dense = flags & DENSE != 0;
+        if !dense {
             let k = r.len(n)?;
-            let mut at = Vec::with_capacity(k);
+            at.clear();
             let mut next = 0usize;
             for _ in 0..k {
                 let i = next.checked_add(r.len(n)?)?;
@@ -280,31 +305,91 @@ pub(super) fn decode_pack(blob: &[u8]) -> Option<Decoded> {
                 at.push(i);
                 next = i + 1;
             }
-            Some(at)
-        };
-        let k = at.as_ref().map_or(n, Vec::len);
+        }
+        let k = if dense { n } else { at.len() };
         let values: Vec<f64> = if flags & F32 != 0 {
-            column::<f32>(&mut r, k)?.into_iter().map(widen).collect()
+            column::<f32>(r, k)?.into_iter().map(widen).collect()
         } else {
-            column::<f64>(&mut r, k)?
+            column::<f64>(r, k)?
         };
-        match at {
-            None => {
-                for (rec, v) in records.iter_mut().zip(values) {
-                    rec.values.push((id, v));
-                }
-            }
-            Some(at) => {
-                for (i, v) in at.into_iter().zip(values) {
-                    records[i].values.push((id, v));
-                }
+        f(id, (!dense).then_some(&at[..]), values);
+    }
+    r.0.is_empty().then_some(())
+}
+
+/// Decodes a pack; `None` if it is damaged (no count in it is believed beyond what its
+/// bytes could describe, so a damaged one cannot make this allocate without bound).
+pub(super) fn decode_pack(blob: &[u8]) -> Option<Decoded> {
+    let Head {
+        first_seq,
+        starts,
+        steps,
+        walls,
+        mut rest,
+    } = head(blob)?;
+    let n = steps.len();
+    let mut records: Vec<StepRecord> = steps
+        .into_iter()
+        .zip(walls)
+        .map(|(step, wall_time)| StepRecord {
+            step,
+            wall_time,
+            values: Vec::new(),
+        })
+        .collect();
+    columns(&mut rest, n, |id, at, values| match at {
+        None => {
+            for (rec, v) in records.iter_mut().zip(values) {
+                rec.values.push((id, v));
             }
         }
-    }
-    r.0.is_empty().then_some(Decoded {
+        Some(at) => {
+            for (&i, v) in at.iter().zip(values) {
+                records[i].values.push((id, v));
+            }
+        }
+    })?;
+    Some(Decoded {
         first_seq,
         records,
         starts,
+    })
+}
+
+/// Calls `f(step, wall_time, metric, value)` for every value of the pack's batches with
+/// `after < seq <= through`, metric by metric (each metric's values in record order),
+/// without building records: what a whole-run read wants. `None` if the pack is damaged.
+pub(super) fn visit_pack_values(
+    blob: &[u8],
+    (after, through): (u64, u64),
+    mut f: impl FnMut(i64, f64, MetricId, f64),
+) -> Option<()> {
+    let Head {
+        first_seq,
+        starts,
+        steps,
+        walls,
+        mut rest,
+    } = head(blob)?;
+    // The records of the wanted batches: one range, as sequence numbers are consecutive.
+    let seq_index = |seq: u64| seq.saturating_sub(first_seq).min(starts.len() as u64 - 1) as usize;
+    let lo = starts[seq_index(after.saturating_add(1))];
+    let hi = starts[seq_index(through.saturating_add(1))];
+    let wanted = lo..hi;
+    let n = steps.len();
+    columns(&mut rest, n, |id, at, values| match at {
+        None => {
+            for (i, v) in values.into_iter().enumerate().take(hi).skip(lo) {
+                f(steps[i], walls[i], id, v);
+            }
+        }
+        Some(at) => {
+            for (&i, v) in at.iter().zip(values) {
+                if wanted.contains(&i) {
+                    f(steps[i], walls[i], id, v);
+                }
+            }
+        }
     })
 }
 

@@ -6,7 +6,7 @@
 
 use super::blob::visit_values;
 use super::items::{ItemQuery, StoredItem};
-use super::pack::{decode_pack, is_pack};
+use super::pack::{is_pack, visit_pack_values};
 use super::{Batches, Result, RunKey, StoreError, StoredRun};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
@@ -204,17 +204,10 @@ impl<D: Dialect> Reads<D> {
                     visit_values(blob, |s, t, id, v| f(&mut state, s, t, id, v)).ok_or(corrupt)?;
                     return Ok(ControlFlow::Continue(()));
                 }
-                let pack = decode_pack(blob).ok_or(corrupt)?;
-                for (_, records) in pack
-                    .batches()
-                    .filter(|(s, _)| (after_seq + 1..=through_seq).contains(s))
-                {
-                    for r in records {
-                        for &(id, v) in &r.values {
-                            f(&mut state, r.step, r.wall_time, id, v);
-                        }
-                    }
-                }
+                visit_pack_values(blob, (after_seq, through_seq), |s, t, id, v| {
+                    f(&mut state, s, t, id, v)
+                })
+                .ok_or(corrupt)?;
                 Ok(ControlFlow::Continue(()))
             })?;
             Ok(state)

@@ -149,3 +149,34 @@ fn empty_batches_keep_their_sequence_numbers() {
     let got: Vec<(u64, usize)> = back.batches().map(|(s, r)| (s, r.len())).collect();
     assert_eq!(got, vec![(10, 0), (11, 1), (12, 0)]);
 }
+
+#[test]
+fn visiting_values_sees_what_decoding_sees_for_every_window() {
+    let mut rng = Rng(11);
+    for _ in 0..500 {
+        let batches = random_batches(&mut rng);
+        let first = 1 + rng.below(1000);
+        let blob = encode_pack(first, &batches);
+        let decoded = decode_pack(&blob).unwrap();
+        let after = first + rng.below(25) - 2.min(first);
+        let through = [after + rng.below(25), u64::MAX][rng.below(2) as usize];
+        let mut want: Vec<(u32, i64, u64, u64)> = decoded
+            .batches()
+            .filter(|(s, _)| *s > after && *s <= through)
+            .flat_map(|(_, r)| r.iter())
+            .flat_map(|r| {
+                r.values
+                    .iter()
+                    .map(|(id, v)| (id.0, r.step, r.wall_time.to_bits(), v.to_bits()))
+            })
+            .collect();
+        let mut got = Vec::new();
+        visit_pack_values(&blob, (after, through), |s, t, id, v| {
+            got.push((id.0, s, t.to_bits(), v.to_bits()))
+        })
+        .unwrap();
+        // Metric by metric, each in record order: the same values per metric, in order.
+        want.sort_by_key(|w| w.0);
+        assert_eq!(got, want, "after {after} through {through}");
+    }
+}

@@ -426,42 +426,58 @@ fn pack_run(
         &[&key],
     )?;
     let (packed, last): (i64, i64) = (row.get(0), row.get(1));
-    let read = tx.prepare("SELECT data FROM batches WHERE run_key = $1 AND seq = $2")?;
-    let start = packed as u64 + 1;
-    let mut first = start;
-    let mut batches: Vec<Vec<StepRecord>> = Vec::new();
-    let mut due = Unpacked::default();
-    let mut made = 0;
-    for seq in start..=last as u64 {
-        if made == most {
-            break;
-        }
-        let corrupt = StoreError::Corrupt { run_key: key, seq };
-        let row = tx.query_opt(&read, &[&key, &(seq as i64)])?;
-        let blob: Vec<u8> = row.ok_or(corrupt)?.get(0);
-        let mut records = Vec::new();
-        decode_records(&blob, &mut records).ok_or(StoreError::Corrupt { run_key: key, seq })?;
-        due.add(&records);
-        batches.push(records);
-        if due.make_a_pack() || (all && seq == last as u64) {
-            write_pack(tx, key, first, &batches)?;
-            made += 1;
-            first = seq + 1;
-            batches.clear();
-            due = Unpacked::default();
-        }
-    }
-    tx.execute(
-        "UPDATE runs SET packed_seq = $2, unpacked_values = $3, unpacked_records = $4 \
-         WHERE key = $1",
-        &[
-            &key,
-            &(first as i64 - 1),
-            &(due.values as i64),
-            &(due.records as i64),
-        ],
+    let last = last as u64;
+    let read = tx.prepare(
+        "SELECT seq, data FROM batches WHERE run_key = $1 AND seq >= $2 AND seq <= $3 \
+         ORDER BY seq",
     )?;
-    Ok(all && first <= last as u64)
+    let mut first = packed as u64 + 1;
+    let mut made = 0;
+    loop {
+        // One pack's batches read through a portal, 64 rows at a time (closed before the
+        // pack is written): at most a pack's worth, and a few batches, in memory.
+        let mut batches: Vec<Vec<StepRecord>> = Vec::new();
+        let mut due = Unpacked::default();
+        let portal = tx.bind(&read, &[&key, &(first as i64), &(last as i64)])?;
+        'read: loop {
+            let rows = tx.query_portal(&portal, 64)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in rows {
+                let seq = first + batches.len() as u64;
+                let corrupt = StoreError::Corrupt { run_key: key, seq };
+                if row.get::<_, i64>(0) as u64 != seq {
+                    return Err(corrupt);
+                }
+                let mut records = Vec::new();
+                decode_records(row.get::<_, &[u8]>(1), &mut records).ok_or(corrupt)?;
+                due.add(&records);
+                batches.push(records);
+                if due.make_a_pack() {
+                    break 'read;
+                }
+            }
+        }
+        drop(portal);
+        let whole = due.make_a_pack() || (all && !batches.is_empty());
+        if !whole || made == most {
+            tx.execute(
+                "UPDATE runs SET packed_seq = $2, unpacked_values = $3, unpacked_records = $4 \
+                 WHERE key = $1",
+                &[
+                    &key,
+                    &(first as i64 - 1),
+                    &(due.values as i64),
+                    &(due.records as i64),
+                ],
+            )?;
+            return Ok(all && first <= last);
+        }
+        write_pack(tx, key, first, &batches)?;
+        made += 1;
+        first += batches.len() as u64;
+    }
 }
 
 /// Replaces the rows of batches `first..` with one pack of them.

@@ -362,43 +362,53 @@ fn pack_run(tx: &rusqlite::Transaction<'_>, key: RunKey, all: bool, most: usize)
     let (packed, last): (i64, i64) = tx
         .prepare_cached("SELECT packed_seq, last_seq FROM runs WHERE key = ?1")?
         .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let mut read = tx.prepare_cached("SELECT data FROM batches WHERE run_key = ?1 AND seq = ?2")?;
-    let start = packed as u64 + 1;
-    let mut first = start;
-    let mut batches: Vec<Vec<StepRecord>> = Vec::new();
-    let mut due = Unpacked::default();
+    let last = last as u64;
+    let mut read = tx.prepare_cached(
+        "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
+         ORDER BY seq",
+    )?;
+    let mut first = packed as u64 + 1;
     let mut made = 0;
-    for seq in start..=last as u64 {
-        if made == most {
-            break;
+    loop {
+        // One pack's batches read in one pass (the cursor closed before the pack is
+        // written): at most a pack's worth, and one batch, in memory.
+        let mut batches: Vec<Vec<StepRecord>> = Vec::new();
+        let mut due = Unpacked::default();
+        let mut rows = read.query(params![key, first as i64, last as i64])?;
+        while let Some(row) = rows.next()? {
+            let seq = first + batches.len() as u64;
+            let corrupt = StoreError::Corrupt { run_key: key, seq };
+            if row.get::<_, i64>(0)? as u64 != seq {
+                return Err(corrupt);
+            }
+            let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+            let mut records = Vec::new();
+            decode_records(blob, &mut records).ok_or(corrupt)?;
+            due.add(&records);
+            batches.push(records);
+            if due.make_a_pack() {
+                break;
+            }
         }
-        let mut records = Vec::new();
-        let blob: Option<Vec<u8>> = read
-            .query_row(params![key, seq as i64], |r| r.get(0))
-            .optional()?;
-        let blob = blob.ok_or(StoreError::Corrupt { run_key: key, seq })?;
-        decode_records(&blob, &mut records).ok_or(StoreError::Corrupt { run_key: key, seq })?;
-        due.add(&records);
-        batches.push(records);
-        if due.make_a_pack() || (all && seq == last as u64) {
-            write_pack(tx, key, first, &batches)?;
-            made += 1;
-            first = seq + 1;
-            batches.clear();
-            due = Unpacked::default();
+        drop(rows);
+        let whole = due.make_a_pack() || (all && !batches.is_empty());
+        if !whole || made == most {
+            tx.prepare_cached(
+                "UPDATE runs SET packed_seq = ?2, unpacked_values = ?3, unpacked_records = ?4 \
+                 WHERE key = ?1",
+            )?
+            .execute(params![
+                key,
+                first as i64 - 1,
+                due.values as i64,
+                due.records as i64
+            ])?;
+            return Ok(all && first <= last);
         }
+        write_pack(tx, key, first, &batches)?;
+        made += 1;
+        first += batches.len() as u64;
     }
-    tx.prepare_cached(
-        "UPDATE runs SET packed_seq = ?2, unpacked_values = ?3, unpacked_records = ?4 \
-         WHERE key = ?1",
-    )?
-    .execute(params![
-        key,
-        first as i64 - 1,
-        due.values as i64,
-        due.records as i64
-    ])?;
-    Ok(all && first <= last as u64)
 }
 
 /// Replaces the rows of batches `first..` with one pack of them.

@@ -240,3 +240,214 @@ async fn a_version_5_database_is_read_as_it_was_and_packed_afterwards() {
     assert!(!store.pack(key).await.unwrap());
     assert_eq!(rows(&dir, key).0, 5);
 }
+
+/// Metric values of one mix at a step: `None` where the metric is not logged at that step.
+type Mix = fn(&mut u64, i64) -> Vec<(u32, f64)>;
+
+fn uniform(s: &mut u64) -> f64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    (*s >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn gauss(s: &mut u64) -> f64 {
+    let (u, v) = (uniform(s).max(1e-12), uniform(s));
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+}
+
+/// A float32 training run at 10 steps/s: loss and grad norm (float32 tensors), a warmup +
+/// cosine learning rate and throughput (Python floats), tokens, epoch, loss scale; and
+/// every 5 s (50 steps) eight accelerators' utilisation, memory, power and temperature as
+/// NVML reports them.
+fn training_mix(s: &mut u64, step: i64) -> Vec<(u32, f64)> {
+    let t = step as f64;
+    let lr = if t < 2_000.0 {
+        3e-4 * t / 2_000.0
+    } else {
+        3e-4 * 0.5 * (1.0 + (std::f64::consts::PI * (t - 2e3) / 198e3).cos())
+    };
+    let mut v = vec![
+        (
+            0,
+            f64::from((2.0 * (-t / 5e4).exp() + 0.3 + 0.05 * gauss(s)) as f32),
+        ),
+        (1, f64::from((1.0 + 0.3 * gauss(s)).abs() as f32)),
+        (2, lr),
+        (3, 4096.0 / (0.1 + 0.004 * gauss(s).abs())),
+        (4, t * 4096.0),
+        (5, (step / 50_000) as f64),
+        (6, 65536.0),
+    ];
+    if step % 50 == 0 {
+        for gpu in 0..8 {
+            let id = 10 + gpu * 4;
+            v.push((id, (85.0 + 10.0 * gauss(s)).clamp(0.0, 100.0).round()));
+            v.push((id + 1, (37_000_000_000.0 + 1e8 * gauss(s)).round() / 1e9));
+            v.push((id + 2, (300_000.0 + 20_000.0 * gauss(s)).round() / 1000.0));
+            v.push((id + 3, (70.0 + 3.0 * gauss(s)).round()));
+        }
+    }
+    v
+}
+
+/// Ten float64 series of noise around a trend: what no codec can predict.
+fn noise_mix(s: &mut u64, step: i64) -> Vec<(u32, f64)> {
+    (0..10)
+        .map(|i| (i, 1.0 + step as f64 * 1e-6 + 0.01 * gauss(s)))
+        .collect()
+}
+
+/// Ten series that rarely change: epoch, a constant learning rate, flags.
+fn constant_mix(_: &mut u64, step: i64) -> Vec<(u32, f64)> {
+    (0..10)
+        .map(|i| {
+            (
+                i,
+                if i == 0 {
+                    (step / 10_000) as f64
+                } else {
+                    i as f64 * 0.1
+                },
+            )
+        })
+        .collect()
+}
+
+struct Measured {
+    blob_bytes: f64,
+    file_bytes: f64,
+    values: usize,
+    ingest_s: f64,
+    whole_s: f64,
+    window_ms: f64,
+}
+
+/// Stores `steps` steps of a mix, four records a batch (a collector at 100 steps/s), many
+/// batches in flight as the hub hands them; then reads the whole run and 200 windows of
+/// 1,000 steps.
+async fn measure(mix: Mix, steps: i64, packing: bool) -> Measured {
+    crate::store::pack::set_packing(packing);
+    let (store, dir) = sqlite_store(Duration::ZERO);
+    let key = store
+        .upsert_run(test_identity("bench", "p"), 1, 1.0)
+        .await
+        .unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1d;
+    let mut tail = RunTail::default();
+    let mut values = 0;
+    let started = std::time::Instant::now();
+    let mut answers = std::collections::VecDeque::new();
+    for (i, from) in (0..steps).step_by(4).enumerate() {
+        let records: Arc<[StepRecord]> = (from..from + 4)
+            .map(|step| StepRecord {
+                step,
+                wall_time: 1.765e9 + step as f64 * 0.1 + 0.002 * gauss(&mut seed),
+                values: mix(&mut seed, step)
+                    .into_iter()
+                    .map(|(id, v)| (MetricId(id), v))
+                    .collect(),
+            })
+            .collect();
+        values += records.iter().map(|r| r.values.len()).sum::<usize>();
+        let seq = i as u64 + 1;
+        tail = tail.after(seq, &records);
+        let batch = StoredBatch {
+            records,
+            items: Arc::new([]),
+            console_cap: u64::MAX,
+        };
+        answers.push_back(
+            store
+                .submit_batch(key, seq, batch, tail.clone())
+                .await
+                .unwrap(),
+        );
+        if answers.len() >= 64 {
+            assert!(answers.pop_front().unwrap().await.unwrap().unwrap());
+        }
+    }
+    for a in answers {
+        assert!(a.await.unwrap().unwrap());
+    }
+    if packing {
+        store
+            .set_status(key, RunStatus::Finished, None, 2.0)
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap();
+    }
+    let ingest_s = started.elapsed().as_secs_f64();
+    let (_, _, blob_bytes) = rows(&dir, key);
+    let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); VACUUM;")
+        .unwrap();
+    drop(conn);
+    let file_bytes = std::fs::metadata(dir.path().join("hub.db")).unwrap().len() as f64;
+    let started = std::time::Instant::now();
+    let read = store
+        .scan_values(key, 0, u64::MAX, 0usize, |n, _, _, _, _| *n += 1)
+        .await
+        .unwrap();
+    let whole_s = started.elapsed().as_secs_f64();
+    assert_eq!(read, values);
+    let started = std::time::Instant::now();
+    for w in 0..200 {
+        let lo = (w * 7_919 * 1_000) % (steps - 1_000);
+        let (_, got) = read_range(&store, key, (lo, lo + 999)).await;
+        assert_eq!(got.len(), 1_000);
+    }
+    let window_ms = started.elapsed().as_secs_f64() * 1e3 / 200.0;
+    crate::store::pack::set_packing(true);
+    Measured {
+        blob_bytes: blob_bytes as f64,
+        file_bytes,
+        values,
+        ingest_s,
+        whole_s,
+        window_ms,
+    }
+}
+
+/// The storage benchmark (#35): bytes per value of three mixes with packs, and ingest and
+/// read speed, each against the store without packs measured in the same run.
+/// `cargo test -p stepstream-server --release --lib bench_storage -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by hand, numbers in the notes"]
+async fn bench_storage() {
+    let steps = 200_000;
+    let mixes: [(&str, Mix); 3] = [
+        ("float32 training run", training_mix),
+        ("float64 noise", noise_mix),
+        ("constants", constant_mix),
+    ];
+    for (name, mix) in mixes {
+        let reference = measure(mix, steps, false).await;
+        let packed = measure(mix, steps, true).await;
+        let per = |m: &Measured| {
+            (
+                m.blob_bytes / m.values as f64,
+                m.file_bytes / m.values as f64,
+            )
+        };
+        let (rb, rf) = per(&reference);
+        let (pb, pf) = per(&packed);
+        println!(
+            "{name}: {} values; bytes/value blobs {pb:.2} (without packs {rb:.2}), database \
+             file {pf:.2} ({rf:.2}); ingest {:.0} k values/s ({:.0}, ratio {:.2}); whole run \
+             read {:.0} ms ({:.0}, ratio {:.2}); 1,000-step window {:.2} ms ({:.2}, ratio {:.2})",
+            packed.values,
+            packed.values as f64 / packed.ingest_s / 1e3,
+            reference.values as f64 / reference.ingest_s / 1e3,
+            reference.ingest_s / packed.ingest_s,
+            packed.whole_s * 1e3,
+            reference.whole_s * 1e3,
+            packed.whole_s / reference.whole_s,
+            packed.window_ms,
+            reference.window_ms,
+            packed.window_ms / reference.window_ms,
+        );
+    }
+}
