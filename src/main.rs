@@ -53,6 +53,54 @@ enum Command {
     /// Watch the hub in a terminal (over SSH, in tmux): the run list, charts of the chosen
     /// runs, their alerts and console, pushed live.
     Watch(watch::WatchArgs),
+    /// Copy the hub's SQLite database to DEST while the hub runs: one consistent moment,
+    /// checked. (PostgreSQL: use pg_dump.)
+    Backup(BackupArgs),
+    /// Put a backup in place of the hub's SQLite database (the hub must be stopped).
+    Restore(RestoreArgs),
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// Where the copy goes (never overwritten).
+    dest: PathBuf,
+    /// The hub's SQLite database.
+    #[arg(long, default_value = "stepstream-data/hub.db", env = "STEPSTREAM_DB")]
+    db: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// A file `stepstream backup` wrote.
+    backup: PathBuf,
+    /// The database to replace.
+    #[arg(long, default_value = "stepstream-data/hub.db", env = "STEPSTREAM_DB")]
+    db: PathBuf,
+}
+
+fn backup(args: BackupArgs) -> Result<()> {
+    let copied = stepstream_server::store::backup(&args.db, &args.dest)
+        .with_context(|| format!("backing up {}", args.db.display()))?;
+    println!(
+        "{}: {} runs, {} bytes",
+        args.dest.display(),
+        copied.runs,
+        copied.bytes
+    );
+    Ok(())
+}
+
+fn restore(args: RestoreArgs) -> Result<()> {
+    let copied = stepstream_server::store::restore(&args.backup, &args.db)
+        .with_context(|| format!("restoring {}", args.backup.display()))?;
+    println!(
+        "{}: {} runs, {} bytes, from {}",
+        args.db.display(),
+        copied.runs,
+        copied.bytes,
+        args.backup.display()
+    );
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -209,6 +257,8 @@ fn main() -> std::process::ExitCode {
         Command::Checkpoint(args) => command::checkpoint(args),
         Command::Note(args) => command::note(args),
         Command::Watch(args) => watch::watch(args),
+        Command::Backup(args) => backup(args),
+        Command::Restore(args) => restore(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

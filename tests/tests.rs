@@ -1,5 +1,6 @@
 //! End-to-end tests: each drives the real `stepstream` binary over real sockets.
 //!
+//! * `backup` — `stepstream backup` while a run streams, and `restore`.
 //! * `bench_web` — browser benchmarks (ignored; numbers printed).
 //! * `cluster` — three hubs on PostgreSQL and NATS behind nginx: one dies, nothing is lost.
 //! * `commands` — stop, checkpoint and note for a running training: delivered once,
@@ -23,6 +24,7 @@
 //! * `watch` — `stepstream watch` in tmux: it follows a live run, zooms, resizes, quits.
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
+mod backup;
 mod bench_web;
 mod browser;
 mod charts;

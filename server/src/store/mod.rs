@@ -26,6 +26,8 @@ mod postgres;
 mod reads;
 mod sqlite;
 
+pub use sqlite::backup::{backup, restore, Copied};
+
 pub use blob::{decode_records, encode_records, visit_values};
 use command::Command;
 pub use items::{image_of, sample_bytes, ItemQuery, StoredItem};

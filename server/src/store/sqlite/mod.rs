@@ -1,10 +1,12 @@
 //! The default engine: one SQLite file owned by one hub. WAL mode lets reads (on a small pool
 //! of read connections, inside `spawn_blocking`) run beside the writer thread.
 //!
+//! * `backup` — a consistent copy while the hub ingests, and restoring one.
 //! * `checkpoint` — copying the WAL back into the database file, beside the writer.
 //! * `schema` — the tables, their migrations (`PRAGMA user_version`), loading runs.
 //! * `writer` — what each write command does inside the group's transaction.
 
+pub mod backup;
 mod checkpoint;
 mod schema;
 mod writer;

@@ -135,7 +135,7 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 6;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
