@@ -6,7 +6,7 @@ use blob::test_record as rec;
 
 /// A store over a fresh SQLite database committing at most once per `interval` while busy;
 /// the database lives as long as the folder returned.
-fn sqlite_store(interval: Duration) -> (Store, tempfile::TempDir) {
+pub(super) fn sqlite_store(interval: Duration) -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let location = Location::Sqlite {
         path: dir.path().join("hub.db"),
@@ -507,5 +507,3 @@ async fn a_commands_state_only_moves_forward() {
     );
     assert!(!set(None, S::Expired).await, "nothing left to expire");
 }
-
-mod packs;

@@ -8,6 +8,8 @@
 
 pub mod backup;
 mod checkpoint;
+#[cfg(test)]
+mod pack_tests;
 mod schema;
 mod writer;
 

@@ -2,7 +2,13 @@
 //! when it ends, every read sees each batch once, and a database written before packs is
 //! packed afterwards with nothing lost.
 
-use super::*;
+use crate::store::blob;
+use crate::store::tests::{read_range, sqlite_store};
+use crate::store::*;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+use stepstream_protocol::{MetricId, RunStatus, StepRecord};
 
 /// Records like a training's: float32 loss and grad norm, a float64 cosine learning rate,
 /// a constant loss scale, tokens seen, in a scrambled metric order.
