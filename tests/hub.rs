@@ -823,3 +823,52 @@ fn viewers_get_batches_before_their_commit_and_every_point_once() {
         "step {step} took {slowest:?} to reach the viewer"
     );
 }
+
+/// The hub asks collectors for no linger while it has room (each record reaches viewers at
+/// once), for one once records pour in (batches of several cost it less), and for none again
+/// when they stop; the library's collector keeps to it.
+#[test]
+fn the_hub_paces_collectors_by_the_records_it_receives() {
+    let hub = Hub::start(&[]);
+    let mut c = RawCollector::connect(&hub);
+    c.send(hello("paced", None));
+    assert!(matches!(c.recv(), Some(FromHub::Welcome(_))));
+    assert_eq!(c.await_pace(Duration::from_secs(5), |p| p == 0), Some(0));
+    c.send(ToHub::DefineMetrics(DefineMetrics {
+        metrics: vec![MetricDef {
+            id: MetricId(0),
+            name: "loss".into(),
+        }],
+    }));
+    // About 6,000 records a second for three seconds.
+    let started = std::time::Instant::now();
+    let mut seq = 0u64;
+    while started.elapsed() < Duration::from_secs(3) {
+        seq += 1;
+        let from = (seq as i64 - 1) * 60;
+        c.send(ToHub::Batch(Batch {
+            seq,
+            records: (from..from + 60)
+                .map(|step| StepRecord {
+                    step,
+                    wall_time: unix_now(),
+                    values: vec![(MetricId(0), step as f64)],
+                })
+                .collect(),
+            items: Vec::new(),
+        }));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let busy = c.await_pace(Duration::from_secs(5), |p| p >= 15);
+    assert!(busy.is_some(), "the pace stayed at {:?} under load", c.pace);
+    // A collector connecting now is told the linger in force at once.
+    let mut other = RawCollector::connect(&hub);
+    other.send(hello("paced-too", None));
+    assert!(matches!(other.recv(), Some(FromHub::Welcome(_))));
+    assert!(other
+        .await_pace(Duration::from_secs(2), |p| p >= 15)
+        .is_some());
+    drop(other);
+    // Quiet again: no linger.
+    assert_eq!(c.await_pace(Duration::from_secs(15), |p| p == 0), Some(0));
+}

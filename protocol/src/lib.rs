@@ -14,7 +14,7 @@
 //! * Hub → collector ([`FromHub`]): [`Welcome`] answers the hello with the last sequence
 //!   number the hub has stored for that run, so a reconnecting collector resends only what
 //!   was not stored; [`Ack`] says every batch up to `through_seq` is durable; [`FinishAck`];
-//!   [`HubError`]; [`Command`]s for the training (stop, checkpoint, note; see [`commands`]),
+//!   [`HubError`]; [`Pace`] (the linger the hub wants now); [`Command`]s for the training (stop, checkpoint, note; see [`commands`]),
 //!   which the collector answers with [`CommandReply`].
 //! * Viewer → hub ([`FromViewer`]): [`Subscribe`] / [`Unsubscribe`], and [`Zoom`] for a
 //!   window at its own resolution (answered by [`Zoomed`]).
@@ -226,6 +226,15 @@ pub struct Ack {
     /// hub's quotas kept out (`run_sample_bytes`, `hub_sample_bytes`; each named in a
     /// `HubError` when it happened): stored they are not.
     pub items_refused: u64,
+}
+
+/// The linger the hub wants of collectors now: sent after [`Welcome`] and whenever it
+/// changes. None while the hub has room (each record goes at once, for the lowest latency),
+/// rising with the records it receives a second (batches of many records cost the hub less
+/// per record). A collector lingers at most this, and at most its own `linger`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pace {
+    pub linger_ms: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -589,6 +598,7 @@ direction! {
         Ack = 0x11,
         FinishAck = 0x12,
         Command = 0x13,
+        Pace = 0x14,
         HubError = 0x1f,
     }
 }

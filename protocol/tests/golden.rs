@@ -212,6 +212,10 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("FromHub_Command", FromHub::Command(command()).encode()),
         (
+            "FromHub_Pace",
+            FromHub::Pace(Pace { linger_ms: 25 }).encode(),
+        ),
+        (
             "ToHub_CommandReply",
             ToHub::CommandReply(CommandReply {
                 id: 42,

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stepstream_protocol::{
-    codec, Ack, Batch, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, RunStatus, ToHub,
-    Welcome,
+    codec, Ack, Batch, ErrorCode, FinishAck, FinishStatus, FromHub, HubError, Pace, RunStatus,
+    ToHub, Welcome,
 };
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
@@ -490,9 +490,20 @@ async fn converse(
     let mut orders = run.commands.subscribe();
     orders.mark_changed();
     let mut delivered = std::collections::HashSet::new();
+    // The linger the hub wants: now (the collector lingers its own until told), then
+    // whenever it changes.
+    let mut pace = hub.pace.watch();
+    pace.mark_changed();
     loop {
         let msg = tokio::select! {
             biased;
+            Ok(()) = pace.changed() => {
+                let linger_ms = *pace.borrow_and_update();
+                if !conn.send(FromHub::Pace(Pace { linger_ms })).await {
+                    return Ok(());
+                }
+                continue;
+            }
             Ok(()) = orders.changed() => {
                 if !deliver(hub, conn, run, &mut delivered).await {
                     return Ok(());

@@ -9,6 +9,8 @@ pub struct RawCollector {
     ws: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
+    /// The last linger the hub asked for (`Pace`), which [`RawCollector::recv`] passes over.
+    pub pace: Option<u32>,
 }
 
 impl RawCollector {
@@ -19,7 +21,7 @@ impl RawCollector {
             .unwrap();
         let url = format!("ws://127.0.0.1:{}/ws/collector", hub.port);
         let (ws, _) = rt.block_on(tokio_tungstenite::connect_async(url)).unwrap();
-        RawCollector { rt, ws }
+        RawCollector { rt, ws, pace: None }
     }
 
     pub fn send_bytes(&mut self, bytes: Vec<u8>) {
@@ -33,7 +35,31 @@ impl RawCollector {
         self.send_bytes(msg.encode());
     }
 
-    /// The next hub frame, or `None` when the hub closed the socket.
+    /// Reads the hub's frames (passing over the rest) until the linger it asks for satisfies
+    /// `want`; `None` if it did not within `limit`.
+    pub fn await_pace(&mut self, limit: Duration, want: impl Fn(u32) -> bool) -> Option<u32> {
+        use futures_util::StreamExt;
+        let until = std::time::Instant::now() + limit;
+        loop {
+            if let Some(p) = self.pace.filter(|&p| want(p)) {
+                return Some(p);
+            }
+            let left = until.checked_duration_since(std::time::Instant::now())?;
+            let ws = &mut self.ws;
+            let next = self
+                .rt
+                .block_on(async { tokio::time::timeout(left, ws.next()).await })
+                .ok()??;
+            if let Ok(tokio_tungstenite::tungstenite::Message::Binary(b)) = next {
+                if let Ok(FromHub::Pace(p)) = FromHub::decode(&b) {
+                    self.pace = Some(p.linger_ms);
+                }
+            }
+        }
+    }
+
+    /// The next hub frame but a `Pace` (kept in [`RawCollector::pace`]), or `None` when the
+    /// hub closed the socket.
     pub fn recv(&mut self) -> Option<FromHub> {
         use futures_util::StreamExt;
         loop {
@@ -44,7 +70,10 @@ impl RawCollector {
                 .expect("hub answers within 10 s")?;
             match next {
                 Ok(tokio_tungstenite::tungstenite::Message::Binary(b)) => {
-                    return Some(FromHub::decode(&b).expect("hub frames decode"))
+                    match FromHub::decode(&b).expect("hub frames decode") {
+                        FromHub::Pace(p) => self.pace = Some(p.linger_ms),
+                        msg => return Some(msg),
+                    }
                 }
                 Ok(tokio_tungstenite::tungstenite::Message::Close(_)) | Err(_) => return None,
                 Ok(_) => continue,

@@ -93,11 +93,20 @@ impl Sender {
     /// Counts one more record or item into `building`, due at the linger's tick.
     fn hold(&mut self, bytes: usize) {
         self.building_bytes += bytes;
-        let linger = self.options.linger;
+        let linger = self.linger;
         self.building_due
             .get_or_insert_with(|| linger_until(linger));
         self.buffered += 1;
         self.in_memory += 1;
+    }
+
+    /// The hub asked for this linger ([`stepstream_protocol::Pace`]): records wait at most
+    /// that, and at most `options.linger`. What waits already is sealed by the new limit.
+    pub(super) fn pace(&mut self, hub_linger: Duration) {
+        self.linger = self.options.linger.min(hub_linger);
+        if let Some(due) = self.building_due.as_mut() {
+            *due = (*due).min(linger_until(self.linger));
+        }
     }
 
     /// Records or items wait to be sealed.

@@ -311,6 +311,10 @@ impl Sender {
                             return lost(why(&mut stream, e.to_string()).await, progressed);
                         }
                     }
+                    Ok(FromHub::Pace(pace)) => {
+                        tracing::debug!(linger_ms = pace.linger_ms, "stepstream: the hub's pace");
+                        self.pace(Duration::from_millis(u64::from(pace.linger_ms)));
+                    }
                     Ok(FromHub::Welcome(_)) => return lost("unexpected second Welcome".into(), progressed),
                     Err(e) => return lost(e, progressed),
                 },

@@ -73,6 +73,9 @@ pub(crate) struct Sender {
     building_due: Option<Instant>,
     /// A flush asked for what is held to go now.
     flushing: bool,
+    /// The linger in force: `options.linger`, or less where the hub asked for less
+    /// ([`stepstream_protocol::Pace`]; none while the hub has room).
+    linger: Duration,
     /// Random per process: the hub tells this writer from a second one on the same run.
     writer: u64,
     /// Where `log` leaves commands.
@@ -122,6 +125,7 @@ impl Sender {
         queue: Arc<Queue>,
         commands: Arc<crate::commands::Inbox>,
     ) -> Sender {
+        let linger = options.linger;
         Sender {
             url,
             options,
@@ -133,6 +137,7 @@ impl Sender {
             building_bytes: 0,
             building_due: None,
             flushing: false,
+            linger,
             writer: crate::random::u64(),
             queue,
             arrivals: Default::default(),

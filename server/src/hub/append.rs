@@ -196,6 +196,7 @@ impl Hub {
             self.resent(run, batch.seq, &batch.records, &run_id).await?;
             return Ok(Submitted::Duplicate);
         };
+        self.pace.count(batch.records.len());
         let mut batch = batch;
         let (samples, refused, refusal) = self.within_quotas(run, &mut batch);
         let seq = batch.seq;

@@ -308,6 +308,7 @@ impl Hub {
 
     /// Judges staleness and publishes the run-list updates gathered since the last tick.
     pub async fn tick(&self) {
+        self.pace.update();
         self.renew_leases().await;
         let now = unix_now();
         for run in self.runs() {

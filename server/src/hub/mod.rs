@@ -19,6 +19,7 @@ mod announce;
 mod append;
 pub mod commands;
 mod judge;
+pub mod pace;
 mod peer;
 pub mod rules;
 mod run;
@@ -112,6 +113,8 @@ pub struct Hub {
     /// Bytes of samples of every run this hub knows (stored, or reserved in flight): what
     /// `hub_sample_bytes` bounds.
     sample_bytes: AtomicU64,
+    /// The linger collectors are asked for (`pace.rs`).
+    pub pace: pace::Pace,
 }
 
 fn encode(msg: ToViewer) -> Bytes {
@@ -177,6 +180,7 @@ impl Hub {
             leases_at: Mutex::new(0.0),
             swept_at: Mutex::new(0.0),
             sample_bytes: AtomicU64::new(samples),
+            pace: pace::Pace::default(),
         });
         tokio::spawn(announce::announce_loop(Arc::downgrade(&hub), announcements));
         (hub, jobs)
