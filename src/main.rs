@@ -210,6 +210,12 @@ struct ServeArgs {
     /// cluster the other hubs' viewers see it after). Fewer busy runs never wait.
     #[arg(long, default_value_t = stepstream_server::DEFAULT_COMMIT_INTERVAL.as_secs_f64() * 1e3)]
     commit_interval: f64,
+    /// The linger the hub asks of collectors: `auto` (none while it receives under 2,000
+    /// records a second, so each reaches viewers at once, rising to 40 ms at 8,000, which
+    /// saves it most of its per-frame work), or milliseconds always. A collector's own
+    /// `linger` is the most it waits.
+    #[arg(long, default_value = "auto")]
+    linger: String,
     /// Alert rules and notification channels (TOML; see docs/alerts.md). Without it the default
     /// rules run and alerts show in the web app, with no notifications.
     #[arg(long, env = "STEPSTREAM_ALERTS")]
@@ -294,6 +300,17 @@ fn seconds(flag: &str, value: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// `--linger`: `auto` (the hub's pace follows its load), or milliseconds always.
+fn linger(given: &str) -> Result<Option<u32>> {
+    if given == "auto" {
+        return Ok(None);
+    }
+    match given.parse::<u32>() {
+        Ok(ms) if ms <= 60_000 => Ok(Some(ms)),
+        _ => bail!("--linger must be `auto` or milliseconds from 0 to 60000, not {given:?}"),
+    }
+}
+
 fn commit_interval(ms: f64) -> Result<Duration> {
     if !(0.0..=1000.0).contains(&ms) {
         bail!("--commit-interval must be milliseconds from 0 to 1000, not {ms}");
@@ -351,6 +368,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         tokens_file: args.tokens.clone(),
         fsync: args.fsync,
         commit_interval: commit_interval(args.commit_interval)?,
+        linger: linger(&args.linger)?,
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
@@ -409,6 +427,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         tokens_file: None,
         fsync: false,
         commit_interval: stepstream_server::DEFAULT_COMMIT_INTERVAL,
+        linger: None,
         insecure_no_auth: false,
         alerts: demo::alerts(),
         allowed_hosts: Vec::new(),

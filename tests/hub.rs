@@ -611,7 +611,8 @@ fn collector_started_before_the_hub_spools_and_delivers_everything() {
 /// the run's end, send what is held at once instead of after the linger.
 #[test]
 fn records_within_the_linger_share_a_batch_and_a_flush_sends_at_once() {
-    let hub = Hub::start(&[]);
+    // A hub that asks for a long linger (one with room asks for none).
+    let hub = Hub::start(&["--linger", "60000"]);
     let mut options = Options::new(&hub.ws(), "tests", "linger");
     options.linger = Duration::from_secs(60);
     let run = Collector::start(options).unwrap();
@@ -746,7 +747,8 @@ fn viewers_get_batches_before_their_commit_and_every_point_once() {
     use std::sync::{Arc, Mutex};
     use std::time::Instant;
     const STEPS: i64 = 300;
-    let hub = Hub::start(&["--commit-interval", "1000"]);
+    // Collectors lingering as on a busy hub (the subject here is the commit interval).
+    let hub = Hub::start(&["--commit-interval", "1000", "--linger", "40"]);
     // Sixteen runs sending a batch each every ~20 ms: soon one commit holds batches of four
     // or more, and from then on the writer commits once a second.
     let runs: Vec<Collector> = (0..16)

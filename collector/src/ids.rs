@@ -163,6 +163,7 @@ mod tests {
             last_step: Some(9),
             metrics: vec![def(0, "loss"), def(1, "lr")],
             limits: Limits::default(),
+            linger_ms: 0,
         });
         assert_eq!(t.take_unsent(), vec![def(2, "acc")]);
         assert!(!t.numbered_as_the_hub(), "lr and loss swapped: translated");
@@ -202,6 +203,7 @@ mod tests {
                 name_bytes: 8,
                 ..Limits::default()
             },
+            linger_ms: 0,
         });
         t.push(def(1, "lr"));
         assert!(t.numbered_as_the_hub());
@@ -223,6 +225,7 @@ mod tests {
                 name_bytes: 8,
                 ..Limits::default()
             },
+            linger_ms: 0,
         });
         t.push(def(0, "a"));
         t.push(def(1, "much-too-long"));

@@ -34,9 +34,12 @@ pub struct Options {
     pub queue_capacity: usize,
     /// Most records per batch.
     pub max_batch: usize,
-    /// How long a record may wait for others to share its batch (Kafka's `linger.ms`): at
-    /// 100 steps a second 40 ms puts four records in a frame, and most of a hub's work is
-    /// per frame. A batch is sealed at the next multiple of the linger on the wall clock. A flush, a full batch and the run's end send at once.
+    /// How long a record may wait for others to share its batch (Kafka's `linger.ms`), at
+    /// most: the hub asks for less while it has room (`Pace`: none under 2,000 records a
+    /// second) and up to this as it fills. At 100 steps a second 40 ms puts four records in
+    /// a frame, and most of a busy hub's work is per frame. A batch is sealed at the next
+    /// multiple of the linger on the wall clock. A flush, a full batch and the run's end send
+    /// at once.
     pub linger: Duration,
     /// Sent when nothing else was sent for this long.
     pub heartbeat: Duration,

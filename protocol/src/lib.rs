@@ -216,6 +216,8 @@ pub struct Welcome {
     pub metrics: Vec<MetricDef>,
     /// What this hub accepts.
     pub limits: Limits,
+    /// The linger the hub wants now (see [`Pace`], which says when it changes).
+    pub linger_ms: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,8 +230,8 @@ pub struct Ack {
     pub items_refused: u64,
 }
 
-/// The linger the hub wants of collectors now: sent after [`Welcome`] and whenever it
-/// changes. None while the hub has room (each record goes at once, for the lowest latency),
+/// The linger the hub wants of collectors now, when it changes ([`Welcome`] says what it is
+/// at the hello). None while the hub has room (each record goes at once, for the lowest latency),
 /// rising with the records it receives a second (batches of many records cost the hub less
 /// per record). A collector lingers at most this, and at most its own `linger`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

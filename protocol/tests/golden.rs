@@ -188,6 +188,7 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                     name: "loss".into(),
                 }],
                 limits: Limits::default(),
+                linger_ms: 0,
             })
             .encode(),
         ),

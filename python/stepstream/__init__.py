@@ -298,9 +298,10 @@ def init(
     framework: what trains the model (``mindspore``, ``pytorch``...), shown in the run panel.
     ca_file: for a ``wss://`` hub with a private CA: its PEM certificate(s), trusted besides
         the public roots (default ``$STEPSTREAM_CA_FILE``).
-    linger_ms: how long a record may wait for others to share its batch (0 to 60000; a full
-        batch, ``run.flush()`` and ``finish`` send at once). At many steps a second the hub
-        does far less work per record; 0 sends each record as it is logged.
+    linger_ms: how long a record may wait for others to share its batch, at most (0 to
+        60000; a full batch, ``run.flush()`` and ``finish`` send at once). The hub asks for
+        less while it has room (none under 2,000 records a second), more as it fills up, to
+        this limit; 0 sends each record as it is logged whatever the hub's load.
     console: capture this process's stdout and stderr (at the file-descriptor level, so C and
         C++ output too; the terminal still sees all of it) as the run's console. Default: on
         for the reporting rank(s), off inside a Jupyter kernel (which has its own capture).

@@ -225,12 +225,15 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
         )
     });
     tracing::info!(run = %run_id, last_seq, "collector connected");
+    // The linger the hub wants: now, in the welcome, then whenever it changes (a `Pace`).
+    let mut pace = app.hub.pace.watch();
     let welcome = Welcome {
         run_id: run_id.clone(),
         last_seq,
         last_step,
         metrics,
         limits: app.hub.limits.wire,
+        linger_ms: *pace.borrow_and_update(),
     };
     let mut served = Ok(());
     if conn.send(FromHub::Welcome(welcome)).await {
@@ -260,7 +263,7 @@ async fn serve(app: &AppState, conn: &mut Conn) -> Result<(), HubError> {
             }))
             .await;
         }
-        served = session(app, conn, &run).await;
+        served = session(app, conn, &run, pace).await;
     }
     app.hub.release_writer(&run, conn.id);
     served
@@ -462,9 +465,14 @@ fn ingest_error(seq: u64, e: IngestError) -> HubError {
 /// A collector's frames after its hello. Batches are handed to the store as they arrive
 /// (up to [`MAX_IN_FLIGHT`]), so the next one is read and checked while the previous ones
 /// commit; one acknowledgement answers every batch a commit stored.
-async fn session(app: &AppState, conn: &mut Conn, run: &Arc<Run>) -> Result<(), HubError> {
+async fn session(
+    app: &AppState,
+    conn: &mut Conn,
+    run: &Arc<Run>,
+    pace: tokio::sync::watch::Receiver<u32>,
+) -> Result<(), HubError> {
     let mut pipe = Pipeline::new(run);
-    let ended = converse(app, conn, &mut pipe).await;
+    let ended = converse(app, conn, &mut pipe, pace).await;
     // However the conversation ended, what the store was handed is settled before the run
     // is let go, and acknowledged if the socket still takes it.
     let drained = pipe.drain(&app.hub).await;
@@ -479,6 +487,7 @@ async fn converse(
     app: &AppState,
     conn: &mut Conn,
     pipe: &mut Pipeline<'_>,
+    mut pace: tokio::sync::watch::Receiver<u32>,
 ) -> Result<(), HubError> {
     let hub = &app.hub;
     let run = pipe.run;
@@ -490,18 +499,14 @@ async fn converse(
     let mut orders = run.commands.subscribe();
     orders.mark_changed();
     let mut delivered = std::collections::HashSet::new();
-    // The linger the hub wants: now (the collector lingers its own until told), then
-    // whenever it changes.
-    let mut pace = hub.pace.watch();
-    pace.mark_changed();
     loop {
         let msg = tokio::select! {
             biased;
             Ok(()) = pace.changed() => {
                 let linger_ms = *pace.borrow_and_update();
-                if !conn.send(FromHub::Pace(Pace { linger_ms })).await {
-                    return Ok(());
-                }
+                // A socket that takes no more may still hold frames the collector sent
+                // before it closed: they are read (and stored) whatever this send did.
+                let _ = conn.send(FromHub::Pace(Pace { linger_ms })).await;
                 continue;
             }
             Ok(()) = orders.changed() => {

@@ -128,6 +128,9 @@ pub async fn start(
         &settings.alerts,
         settings.limits.clone(),
     );
+    if let Some(ms) = settings.linger {
+        hub.pace.fix(ms);
+    }
     hub.load_rules().await.map_err(|source| ServeError::Store {
         path: where_.clone(),
         source,

@@ -33,6 +33,9 @@ pub struct Settings {
     /// While many collectors are busy, a database transaction starts at most once per this
     /// interval (`--commit-interval`): the batches of many runs then share a commit.
     pub commit_interval: std::time::Duration,
+    /// The linger the hub asks of collectors always (`--linger MS`); `None`: it follows the
+    /// hub's load (`hub/pace.rs`).
+    pub linger: Option<u32>,
     /// Listen beyond loopback without tokens (a trusted network).
     pub insecure_no_auth: bool,
     /// Alert rules and notification channels.

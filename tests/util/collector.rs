@@ -9,7 +9,8 @@ pub struct RawCollector {
     ws: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
-    /// The last linger the hub asked for (`Pace`), which [`RawCollector::recv`] passes over.
+    /// The last linger the hub asked for (in `Welcome`, then `Pace`, which
+    /// [`RawCollector::recv`] passes over).
     pub pace: Option<u32>,
 }
 
@@ -72,6 +73,10 @@ impl RawCollector {
                 Ok(tokio_tungstenite::tungstenite::Message::Binary(b)) => {
                     match FromHub::decode(&b).expect("hub frames decode") {
                         FromHub::Pace(p) => self.pace = Some(p.linger_ms),
+                        FromHub::Welcome(w) => {
+                            self.pace = Some(w.linger_ms);
+                            return Some(FromHub::Welcome(w));
+                        }
                         msg => return Some(msg),
                     }
                 }

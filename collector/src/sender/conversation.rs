@@ -183,6 +183,7 @@ impl Sender {
             Ok(Ok(other)) => return lost(format!("expected Welcome, got {}", other.name()), false),
         };
         self.welcome(&welcome);
+        self.pace(Duration::from_millis(u64::from(welcome.linger_ms)));
         if let Ok(mut r) = self.stats.refusal.lock() {
             *r = None;
         }

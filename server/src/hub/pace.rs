@@ -16,6 +16,8 @@ pub const ROOM: f64 = 2_000.0;
 pub const FULL: f64 = 8_000.0;
 /// The most the hub asks for: the collector's default linger.
 pub const MOST_MS: u32 = 40;
+/// Records since the last measurement after which a rise is looked for at once.
+const RISE_RECORDS: u64 = 200;
 /// The pace moves in steps of this, so a load that wavers does not resend it every tick.
 const STEP_MS: u32 = 5;
 
@@ -29,8 +31,12 @@ pub fn linger_for(records_per_s: f64) -> u32 {
 /// The records received, and the linger that follows from them.
 pub struct Pace {
     records: AtomicU64,
-    /// When the rate was last measured, the count then, and the smoothed rate.
-    measured: Mutex<(Instant, u64, f64)>,
+    /// Set by `--linger MS`: the linger is that, whatever the load.
+    fixed: std::sync::atomic::AtomicBool,
+    /// `records` when last measured (read without the lock, to decide whether to measure).
+    seen: AtomicU64,
+    /// When the rate was last measured, and the count then.
+    measured: Mutex<(Instant, u64)>,
     linger: watch::Sender<u32>,
 }
 
@@ -38,43 +44,60 @@ impl Default for Pace {
     fn default() -> Pace {
         Pace {
             records: AtomicU64::new(0),
-            measured: Mutex::new((Instant::now(), 0, 0.0)),
+            seen: AtomicU64::new(0),
+            fixed: std::sync::atomic::AtomicBool::new(false),
+            measured: Mutex::new((Instant::now(), 0)),
             linger: watch::channel(0).0,
         }
     }
 }
 
 impl Pace {
-    /// Counts records a collector sent.
+    /// Counts records a collector sent. A load that rises is followed within a tenth of a
+    /// second (a fleet starting must not send a second of one-record frames first).
     pub fn count(&self, records: usize) {
-        self.records.fetch_add(records as u64, Ordering::Relaxed);
+        let total = self.records.fetch_add(records as u64, Ordering::Relaxed) + records as u64;
+        if total.saturating_sub(self.seen.load(Ordering::Relaxed)) >= RISE_RECORDS {
+            if let Ok(mut m) = self.measured.try_lock() {
+                self.measure(&mut m, total, Duration::from_millis(100), true);
+            }
+        }
     }
 
-    /// Measures the rate (at most once a second, smoothed over a few) and changes the
-    /// linger when it moves to another step; called by the hub's clock.
+    /// Measures the rate over the last second or so and sets the linger it calls for;
+    /// called by the hub's clock.
     pub fn update(&self) {
-        let now = Instant::now();
         let total = self.records.load(Ordering::Relaxed);
         let mut m = self.measured.lock().unwrap_or_else(|e| e.into_inner());
+        self.measure(&mut m, total, Duration::from_secs(1), false);
+    }
+
+    /// The rate since the last measurement, if at least `window` ago, and the linger it
+    /// calls for (only a longer one when `rise_only`): followed at once both ways, so a
+    /// burst (an import) ends with it and a fleet that pauses gets its linger back as soon
+    /// as it resumes.
+    fn measure(&self, m: &mut (Instant, u64), total: u64, window: Duration, rise_only: bool) {
+        if self.fixed.load(Ordering::Relaxed) {
+            self.seen.store(u64::MAX, Ordering::Relaxed);
+            return;
+        }
+        let now = Instant::now();
         let elapsed = now.duration_since(m.0);
-        if elapsed < Duration::from_secs(1) {
+        if elapsed < window {
             return;
         }
         let rate = (total - m.1) as f64 / elapsed.as_secs_f64();
-        // Rising load is followed at once (a fleet starting), falling load over a few
-        // seconds (a pause between epochs is not the end of the fleet).
-        let smoothed = if rate > m.2 {
-            rate
-        } else {
-            0.5 * m.2 + 0.5 * rate
-        };
-        *m = (now, total, smoothed);
-        let linger = linger_for(smoothed);
+        let linger = linger_for(rate);
+        if rise_only && linger <= *self.linger.borrow() {
+            return;
+        }
+        *m = (now, total);
+        self.seen.store(total, Ordering::Relaxed);
         self.linger.send_if_modified(|current| {
             let changed = *current != linger;
             if changed {
                 tracing::debug!(
-                    records_per_s = smoothed as u64,
+                    records_per_s = rate as u64,
                     linger_ms = linger,
                     "collectors' pace"
                 );
@@ -82,6 +105,12 @@ impl Pace {
             *current = linger;
             changed
         });
+    }
+
+    /// Asks for `ms` from now on, whatever the load (`--linger MS`).
+    pub fn fix(&self, ms: u32) {
+        self.fixed.store(true, Ordering::Relaxed);
+        self.linger.send_replace(ms);
     }
 
     /// The linger now, and its changes.

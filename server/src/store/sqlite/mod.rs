@@ -17,7 +17,6 @@ use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
 use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
-use super::pack::PACK_SEQS;
 use super::reads::{Dialect, Reads, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
@@ -29,10 +28,18 @@ use stepstream_protocol::ItemKind;
 use stepstream_protocol::{Alert, RunId};
 use tokio::sync::mpsc;
 
-/// Blobs of a run's rows holding a batch with `after < seq <= through`, in sequence order: a
-/// pack starts at most `PACK_SEQS` before the batches it holds (`?4`).
-const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?4 AND seq <= ?3 \
-     AND coalesce(seq_end, seq) > ?2 ORDER BY seq";
+/// The row of `batches` that may be a pack holding the batch after `?2`: the last starting
+/// at or before it (a pack holds `seq..=seq_end`).
+const PACK_AT: &str = "SELECT seq, seq_end, data FROM batches WHERE run_key = ?1 AND seq <= ?2 \
+     ORDER BY seq DESC LIMIT 1";
+/// Blobs of a run's rows of `batches` (packs, and batches stored before packs) starting with
+/// `after < seq <= through`, in sequence order.
+const SCAN: &str =
+    "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
+/// The same of `recent`: the batches since the run's last pack, all after every row of
+/// `batches`.
+const SCAN_RECENT: &str =
+    "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
 
 /// SQLite's reads: connections to the database file.
 pub(super) struct Sqlite {
@@ -196,15 +203,31 @@ impl Dialect for Sqlite {
         through: u64,
         visit: &mut Visit<'_>,
     ) -> Result<()> {
-        let mut stmt = conn.prepare_cached(SCAN)?;
-        let reach = after as i64 - PACK_SEQS as i64;
-        let rows = stmt.query(params![
-            key,
-            after as i64,
-            through.min(i64::MAX as u64) as i64,
-            reach
-        ])?;
-        let _ = each_batch(rows, visit)?;
+        let (after, through) = (after as i64, through.min(i64::MAX as u64) as i64);
+        // One read transaction: a pack written between the statements would otherwise move
+        // batches from `recent` to `batches` behind this read's back.
+        let tx = conn.transaction()?;
+        {
+            let mut at = tx.prepare_cached(PACK_AT)?;
+            let mut rows = at.query(params![key, after])?;
+            if let Some(row) = rows.next()? {
+                let end: Option<i64> = row.get(1)?;
+                if end.is_some_and(|end| end > after) {
+                    let seq = row.get::<_, i64>(0)? as u64;
+                    let blob = row.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?;
+                    if visit(seq, blob)?.is_break() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        for sql in [SCAN, SCAN_RECENT] {
+            let mut stmt = tx.prepare_cached(sql)?;
+            let rows = stmt.query(params![key, after, through])?;
+            if each_batch(rows, visit)?.is_break() {
+                return Ok(());
+            }
+        }
         Ok(())
     }
 
@@ -219,31 +242,42 @@ impl Dialect for Sqlite {
         // than the reach of its span class: one index probe per class. The batches'
         // sequence numbers first (`INDEXED BY`: without statistics SQLite would rather walk
         // the primary key, reading the whole run), then their blobs by key in sequence
-        // order, so no blob is ever sorted.
+        // order, so no blob is ever sorted. The run's recent batches (at most a pack's
+        // worth) are looked at one by one, by their step range, after them.
+        let through = through.min(i64::MAX as u64) as i64;
+        let tx = conn.transaction()?;
         let mut seqs: Vec<i64> = Vec::new();
         {
-            let mut probe = conn.prepare_cached(
+            let mut probe = tx.prepare_cached(
                 "SELECT seq FROM batches INDEXED BY batches_by_span WHERE run_key = ?1 \
                  AND span_class = ?5 AND lo_step >= ?2 AND lo_step <= ?3 \
                  AND hi_step >= ?4 AND seq <= ?6",
             )?;
             for (class, floor) in class_floors(lo) {
-                let found = probe
-                    .query_map(params![key, floor, hi, lo, class, through as i64], |r| {
-                        r.get(0)
-                    })?;
+                let found =
+                    probe.query_map(params![key, floor, hi, lo, class, through], |r| r.get(0))?;
                 for seq in found {
                     seqs.push(seq?);
                 }
             }
         }
         seqs.sort_unstable();
-        let mut stmt =
-            conn.prepare_cached("SELECT seq, data FROM batches WHERE run_key = ?1 AND seq = ?2")?;
-        for seq in seqs {
-            let rows = stmt.query(params![key, seq])?;
-            if each_batch(rows, visit)?.is_break() {
-                break;
+        let recent: Vec<i64> = tx
+            .prepare_cached(
+                "SELECT seq FROM recent WHERE run_key = ?1 AND seq <= ?2 AND lo_step <= ?3 \
+                 AND hi_step >= ?4 ORDER BY seq",
+            )?
+            .query_map(params![key, through, hi, lo], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (table, seqs) in [("batches", seqs), ("recent", recent)] {
+            let mut stmt = tx.prepare_cached(&format!(
+                "SELECT seq, data FROM {table} WHERE run_key = ?1 AND seq = ?2"
+            ))?;
+            for seq in seqs {
+                let rows = stmt.query(params![key, seq])?;
+                if each_batch(rows, visit)?.is_break() {
+                    return Ok(());
+                }
             }
         }
         Ok(())
@@ -251,7 +285,11 @@ impl Dialect for Sqlite {
 
     fn step_bounds(conn: &mut Connection, key: RunKey) -> Result<Option<(i64, i64)>> {
         let (lo, hi): (Option<i64>, Option<i64>) = conn
-            .prepare_cached("SELECT min(lo_step), max(hi_step) FROM batches WHERE run_key = ?1")?
+            .prepare_cached(
+                "SELECT min(lo), max(hi) FROM (SELECT min(lo_step) AS lo, max(hi_step) AS hi \
+                 FROM batches WHERE run_key = ?1 UNION ALL SELECT min(lo_step), max(hi_step) \
+                 FROM recent WHERE run_key = ?1)",
+            )?
             .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(lo.zip(hi))
     }

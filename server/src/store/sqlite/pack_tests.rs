@@ -52,12 +52,14 @@ fn sorted(records: &[StepRecord]) -> Vec<Bits> {
         .collect()
 }
 
-/// `(rows, packs, bytes of blobs)` of a run's batches.
+/// `(rows, packs, bytes of blobs)` of a run's batches: packs and batches from before packs
+/// in `batches`, the batches since its last pack in `recent`.
 fn rows(dir: &tempfile::TempDir, key: RunKey) -> (i64, i64, i64) {
     let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
     conn.query_row(
-        "SELECT count(*), count(seq_end), coalesce(sum(length(data)), 0) FROM batches \
-         WHERE run_key = ?1",
+        "SELECT sum(n), sum(p), sum(b) FROM (SELECT count(*) AS n, count(seq_end) AS p, \
+         coalesce(sum(length(data)), 0) AS b FROM batches WHERE run_key = ?1 UNION ALL \
+         SELECT count(*), 0, coalesce(sum(length(data)), 0) FROM recent WHERE run_key = ?1)",
         [key],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )

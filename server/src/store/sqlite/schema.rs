@@ -73,6 +73,18 @@ CREATE TABLE IF NOT EXISTS batches (
     seq_end INTEGER,
     PRIMARY KEY (run_key, seq)
 );
+-- A run's batches since its last pack (`store::pack`), one row each, kept in order of run
+-- and sequence number: storing one writes one B-tree, and packing them deletes a run of
+-- neighbouring rows. Packs, and batches stored before packs existed, are in `batches`.
+CREATE TABLE IF NOT EXISTS recent (
+    run_key INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    lo_step INTEGER,
+    hi_step INTEGER,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_key, seq)
+) WITHOUT ROWID;
 -- Console lines and samples (`store::items`), apart from the records' blobs.
 CREATE TABLE IF NOT EXISTS items (
     run_key INTEGER NOT NULL,

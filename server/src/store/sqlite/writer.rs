@@ -149,17 +149,16 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let blob = encode_records(records)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             tx.prepare_cached(
-                "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO recent (run_key, seq, n, lo_step, hi_step, data) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
                 key,
                 *seq as i64,
                 records.len() as i64,
-                blob,
                 range.map(|r| r.0),
                 range.map(|r| r.1),
-                span_class(range),
+                blob,
             ])?;
             if !items.is_empty() {
                 insert_items(tx, *key, *seq, items, *console_cap)?;
@@ -363,34 +362,42 @@ fn pack_run(tx: &rusqlite::Transaction<'_>, key: RunKey, all: bool, most: usize)
         .prepare_cached("SELECT packed_seq, last_seq FROM runs WHERE key = ?1")?
         .query_row(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let last = last as u64;
-    let mut read = tx.prepare_cached(
-        "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
-         ORDER BY seq",
-    )?;
     let mut first = packed as u64 + 1;
     let mut made = 0;
     loop {
-        // One pack's batches read in one pass (the cursor closed before the pack is
-        // written): at most a pack's worth, and one batch, in memory.
+        // One pack's batches read in one pass (each cursor closed before the pack is
+        // written): at most a pack's worth, and one batch, in memory. Batches stored before
+        // packs existed (in `batches`, never a pack) come before every one in `recent`.
         let mut batches: Vec<Vec<StepRecord>> = Vec::new();
         let mut due = Unpacked::default();
-        let mut rows = read.query(params![key, first as i64, last as i64])?;
-        while let Some(row) = rows.next()? {
-            let seq = first + batches.len() as u64;
-            let corrupt = StoreError::Corrupt { run_key: key, seq };
-            if row.get::<_, i64>(0)? as u64 != seq {
-                return Err(corrupt);
-            }
-            let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
-            let mut records = Vec::new();
-            decode_records(blob, &mut records).ok_or(corrupt)?;
-            due.add(&records);
-            batches.push(records);
+        for sql in [
+            "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
+             AND seq_end IS NULL ORDER BY seq",
+            "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
+             ORDER BY seq",
+        ] {
             if due.make_a_pack() {
                 break;
             }
+            let mut read = tx.prepare_cached(sql)?;
+            let from = first + batches.len() as u64;
+            let mut rows = read.query(params![key, from as i64, last as i64])?;
+            while let Some(row) = rows.next()? {
+                let seq = first + batches.len() as u64;
+                let corrupt = StoreError::Corrupt { run_key: key, seq };
+                if row.get::<_, i64>(0)? as u64 != seq {
+                    return Err(corrupt);
+                }
+                let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+                let mut records = Vec::new();
+                decode_records(blob, &mut records).ok_or(corrupt)?;
+                due.add(&records);
+                batches.push(records);
+                if due.make_a_pack() {
+                    break;
+                }
+            }
         }
-        drop(rows);
         let whole = due.make_a_pack() || (all && !batches.is_empty());
         if !whole || made == most {
             tx.prepare_cached(
@@ -411,7 +418,8 @@ fn pack_run(tx: &rusqlite::Transaction<'_>, key: RunKey, all: bool, most: usize)
     }
 }
 
-/// Replaces the rows of batches `first..` with one pack of them.
+/// Replaces the rows of batches `first..` (in `recent`, or from before packs in `batches`)
+/// with one pack of them in `batches`.
 fn write_pack(
     tx: &rusqlite::Transaction<'_>,
     key: RunKey,
@@ -421,8 +429,13 @@ fn write_pack(
     let last = first + batches.len() as u64 - 1;
     let all: Vec<StepRecord> = batches.iter().flatten().cloned().collect();
     let range = step_range(&all);
-    tx.prepare_cached("DELETE FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3")?
-        .execute(params![key, first as i64, last as i64])?;
+    for sql in [
+        "DELETE FROM recent WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3",
+        "DELETE FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 AND seq_end IS NULL",
+    ] {
+        tx.prepare_cached(sql)?
+            .execute(params![key, first as i64, last as i64])?;
+    }
     tx.prepare_cached(
         "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class, seq_end) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
