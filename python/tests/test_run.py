@@ -81,7 +81,17 @@ def test_bad_values_are_clear_errors():
     run.finish(timeout=0.1)
 
 
-def test_linger_waits_for_company_unless_flushed_and_bad_values_are_refused(hub):
+def test_linger_waits_for_company_unless_flushed_and_bad_values_are_refused(make_hub):
+    # A hub with room asks collectors for no linger: each record goes at once.
+    roomy = make_hub()
+    run = stepstream.init(hub=roomy.url, project="py", name="roomy", archive_dir=None,
+                          system_metrics=False, linger_ms=60_000)
+    run.log({"loss": 1.0}, step=0)
+    roomy.wait("a record on a hub with room", lambda: roomy.run(run.run_id)["records"] == 1,
+               timeout=5)
+    assert run.finish(timeout=10)["delivered"]
+    # A hub that asks for a long linger (`--linger`): records wait for company.
+    hub = make_hub("--linger", "60000")
     for bad in (-1.0, float("nan"), float("inf"), 60_001.0):
         with pytest.raises(ValueError, match="linger_ms"):
             stepstream.init(hub=hub.url, name="bad-linger", archive_dir=None, system_metrics=False,
