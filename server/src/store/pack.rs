@@ -33,8 +33,7 @@ pub(super) const PACK_VERSION: u8 = 2;
 pub const PACK_VALUES: u64 = 32_768;
 /// Records that make a pack whatever their width (a run with one metric).
 pub const PACK_RECORDS: u64 = 4_096;
-/// Batches a pack holds at most: reads by sequence number look this far back for the pack
-/// that holds a batch.
+/// Batches that make a pack whatever they hold (console lines alone, say).
 pub const PACK_SEQS: u64 = 4_096;
 
 /// Packs one `Command::Pack` makes at most, so that packing the batches of a run stored

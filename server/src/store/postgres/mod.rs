@@ -58,10 +58,13 @@ pub(super) fn open(
     Ok((tx, reads, runs))
 }
 
-/// Blobs of `run_key`'s rows holding a batch with `after < seq <= through`, in sequence
-/// order: a pack starts at most `PACK_SEQS` before the batches it holds (`$4`).
-const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $4 AND seq <= $3 \
-                    AND coalesce(seq_end, seq) > $2 ORDER BY seq";
+/// The row that may be a pack holding the batch after `$2`: the last starting at or before
+/// it (a pack holds `seq..=seq_end`).
+const PACK_AT: &str = "SELECT seq, seq_end, data FROM batches WHERE run_key = $1 AND seq <= $2 \
+                       ORDER BY seq DESC LIMIT 1";
+/// Blobs of `run_key`'s rows starting with `after < seq <= through`, in sequence order.
+const SCAN: &str = "SELECT seq, data FROM batches WHERE run_key = $1 AND seq > $2 AND seq <= $3 \
+                    ORDER BY seq";
 
 impl Reads<Postgres> {
     pub(super) async fn size(&self) -> Result<u64> {
@@ -231,14 +234,26 @@ impl Dialect for Postgres {
         through: u64,
         visit: &mut Visit<'_>,
     ) -> Result<()> {
-        let reach = after as i64 - super::pack::PACK_SEQS as i64;
-        let params: [i64; 4] = [
-            key,
-            after as i64,
-            through.min(i64::MAX as u64) as i64,
-            reach,
-        ];
-        each_batch(client.query_raw(SCAN, params)?, visit)
+        let (after, through) = (after as i64, through.min(i64::MAX as u64) as i64);
+        // One snapshot for both statements: a pack written between them would otherwise
+        // move batches out of the range behind this read's back.
+        let mut tx = client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()?;
+        if let Some(row) = tx.query_opt(PACK_AT, &[&key, &after])? {
+            let end: Option<i64> = row.get(1);
+            if end.is_some_and(|end| end > after)
+                && visit(row.get::<_, i64>(0) as u64, row.get::<_, &[u8]>(2))?.is_break()
+            {
+                return Ok(());
+            }
+        }
+        let params: [i64; 3] = [key, after, through];
+        each_batch(tx.query_raw(SCAN, params)?, visit)?;
+        tx.commit()?;
+        Ok(())
     }
 
     fn batches_in_steps(
