@@ -72,22 +72,84 @@ pub fn note(args: NoteArgs) -> Result<()> {
     )
 }
 
+/// The hub as the other commands name it (`ws://...`) or as a browser does (`http://...`),
+/// for HTTP.
+fn http_base(hub: &str) -> String {
+    hub.trim_end_matches('/')
+        .replacen("ws://", "http://", 1)
+        .replacen("wss://", "https://", 1)
+}
+
+/// What a refusal says: its JSON `error`, or its text.
+fn why(r: ureq::Response) -> String {
+    let text = r.into_string().unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or(text)
+}
+
+fn who_asks(by: &Option<String>) -> String {
+    by.clone().unwrap_or_else(|| {
+        let user = std::env::var("USER").unwrap_or_else(|_| "someone".into());
+        format!("{user}@{}", stepstream_collector::hostname())
+    })
+}
+
+#[derive(clap::Args)]
+pub struct DeleteArgs {
+    /// The ids of the runs to delete (each must have ended).
+    #[arg(required = true)]
+    runs: Vec<String>,
+    /// The hub (`ws://host:7070` or `http://host:7070`).
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    hub: String,
+    /// A write token of the runs' project. Prefer `--token-file`.
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// Who deletes, as the pages watching are told (default: $USER@host).
+    #[arg(long)]
+    by: Option<String>,
+}
+
+/// `stepstream delete RUN...`: deletes runs that ended (`DELETE /api/runs/{id}`), each said
+/// as it goes; non-zero when any was refused or not found.
+pub fn delete(args: DeleteArgs) -> Result<()> {
+    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
+    let base = http_base(&args.hub);
+    let by = who_asks(&args.by);
+    let mut failed = 0;
+    for run in &args.runs {
+        let run = RunId::new(run.clone()).map_err(anyhow::Error::msg)?;
+        let mut req = ureq::delete(&format!("{base}/api/runs/{run}")).query("by", &by);
+        if let Some(token) = &token {
+            req = req.set("Authorization", &format!("Bearer {token}"));
+        }
+        match req.call() {
+            Ok(_) => println!("run {run} deleted"),
+            Err(ureq::Error::Status(code, r)) => {
+                eprintln!("run {run} not deleted ({code}): {}", why(r));
+                failed += 1;
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} runs not deleted", args.runs.len());
+    }
+    Ok(())
+}
+
 fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
     let token = crate::token(t.token.clone(), t.token_file.as_deref())?;
     let run = RunId::new(t.run.clone()).map_err(anyhow::Error::msg)?;
-    let by = t.by.clone().unwrap_or_else(|| {
-        let user = std::env::var("USER").unwrap_or_else(|_| "someone".into());
-        format!("{user}@{}", stepstream_collector::hostname())
-    });
+    let by = who_asks(&t.by);
     body["reason"] = t.reason.clone().into();
     body["by"] = by.into();
     body["job"] = t.job.into();
-    // The hub as the other commands name it (`ws://...`) or as a browser does (`http://...`).
-    let hub = t
-        .hub
-        .trim_end_matches('/')
-        .replacen("ws://", "http://", 1)
-        .replacen("wss://", "https://", 1);
+    let hub = http_base(&t.hub);
     let base = hub.as_str();
     let url = format!("{base}/api/runs/{run}/commands");
     let mut req = ureq::post(&url);
@@ -100,12 +162,7 @@ fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
         Ok(r) => serde_json::from_str(&r.into_string().context("reading the hub's answer")?)
             .context("the hub's answer is not JSON")?,
         Err(ureq::Error::Status(code, r)) => {
-            let text = r.into_string().unwrap_or_default();
-            let why = serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["error"].as_str().map(str::to_string))
-                .unwrap_or(text);
-            bail!("the hub refused the command ({code}): {why}");
+            bail!("the hub refused the command ({code}): {}", why(r));
         }
         Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
     };

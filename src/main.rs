@@ -50,6 +50,9 @@ enum Command {
     Checkpoint(command::Target),
     /// Put a note (a marker with text) on a run's charts.
     Note(command::NoteArgs),
+    /// Delete runs that ended, with everything stored of them (a write token of their
+    /// project); the pages watching them are told.
+    Delete(command::DeleteArgs),
     /// Watch the hub in a terminal (over SSH, in tmux): the run list, charts of the chosen
     /// runs, their alerts and console, pushed live.
     Watch(watch::WatchArgs),
@@ -216,6 +219,12 @@ struct ServeArgs {
     /// `linger` is the most it waits.
     #[arg(long, default_value = "auto")]
     linger: String,
+    /// Delete ended runs of a project on the hub's own, PROJECT=RULE (repeatable): an age
+    /// since the run ended (`30d`, `12h`, `90m`, `45s`), a count of the last runs that ended
+    /// to keep (`100`), or both (`30d,100`: a run goes when either says so). `*` is every
+    /// project without its own rule. Runs that have not ended are never deleted.
+    #[arg(long = "retain", value_name = "PROJECT=RULE")]
+    retain: Vec<String>,
     /// Alert rules and notification channels (TOML; see docs/alerts.md). Without it the default
     /// rules run and alerts show in the web app, with no notifications.
     #[arg(long, env = "STEPSTREAM_ALERTS")]
@@ -262,6 +271,7 @@ fn main() -> std::process::ExitCode {
         Command::Stop(args) => command::stop(args),
         Command::Checkpoint(args) => command::checkpoint(args),
         Command::Note(args) => command::note(args),
+        Command::Delete(args) => command::delete(args),
         Command::Watch(args) => watch::watch(args),
         Command::Backup(args) => backup(args),
         Command::Restore(args) => restore(args),
@@ -369,6 +379,13 @@ fn serve(args: ServeArgs) -> Result<()> {
         fsync: args.fsync,
         commit_interval: commit_interval(args.commit_interval)?,
         linger: linger(&args.linger)?,
+        retention: {
+            let mut r = stepstream_server::hub::retention::Retention::default();
+            for spec in &args.retain {
+                r.add(spec).map_err(anyhow::Error::msg)?;
+            }
+            r
+        },
         insecure_no_auth: args.insecure_no_auth,
         allowed_hosts: args.allow_host,
         allowed_origins: args.allow_origin,
@@ -428,6 +445,7 @@ fn run_demo(args: DemoArgs) -> Result<()> {
         fsync: false,
         commit_interval: stepstream_server::DEFAULT_COMMIT_INTERVAL,
         linger: None,
+        retention: Default::default(),
         insecure_no_auth: false,
         alerts: demo::alerts(),
         allowed_hosts: Vec::new(),

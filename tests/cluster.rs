@@ -1134,3 +1134,56 @@ fn a_page_rule_added_through_one_hub_is_judged_by_another_on_postgres() {
     assert_eq!(acks[0]["by"], "ops", "{acks}");
     assert!(run.finish(Outcome::Finished).delivered);
 }
+
+/// A run deleted through hub B leaves hub A as well: A's viewer of it is told, A's API and
+/// run list no longer have it, and PostgreSQL holds no row of it.
+#[test]
+fn a_run_deleted_through_one_hub_leaves_the_others_and_the_shared_store() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let (store, bus) = (pg.url(), nats.url());
+    let args = ["--store", &store, "--nats", &bus];
+    let a = Hub::start(&args);
+    let b = Hub::start(&args);
+    let (run_id, writer) = stream(&a.ws(), "doomed");
+    assert!(writer.join().unwrap().delivered);
+    let mut on_a = watch(&a, &run_id);
+    assert!(on_a.pump(Duration::from_secs(20), |v| v
+        .runs
+        .get(&run_id)
+        .is_some_and(|s| s.count("loss") == STEPS as usize)));
+    wait_for("the run on hub B", Duration::from_secs(30), || {
+        b.run_json(run_id.as_str())
+    });
+    let key = pg.value(&format!("SELECT key FROM runs WHERE run_id = '{run_id}'"));
+    assert!(
+        pg.value(&format!(
+            "SELECT count(*) FROM batches WHERE run_key = {key}"
+        )) != "0"
+    );
+    let r = http_request(
+        &b.addr(),
+        "DELETE",
+        &format!("/api/runs/{run_id}?by=ops"),
+        &[],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        on_a.pump(Duration::from_secs(10), |v| v
+            .deleted
+            .iter()
+            .any(|d| d.run_id == run_id && d.by == "ops")),
+        "hub A's viewer was not told"
+    );
+    wait_for("the run gone from hub A", Duration::from_secs(10), || {
+        (a.get(&format!("/api/runs/{run_id}")).status == 404).then_some(())
+    });
+    assert!(!a.json("/api/runs").to_string().contains(run_id.as_str()));
+    for table in ["runs", "batches", "metrics", "alerts", "items", "judges"] {
+        let column = if table == "runs" { "key" } else { "run_key" };
+        let left = pg.value(&format!(
+            "SELECT count(*) FROM {table} WHERE {column} = {key}"
+        ));
+        assert_eq!(left, "0", "{table}");
+    }
+}

@@ -12,6 +12,7 @@
 //! * `hardening` — never stuck, never lost: wide records, resumes, a second writer, a hub
 //!   that lost data, a damaged spool, slow readers, limits, a full disk.
 //! * `hub` — fan-out exactly once, SIGKILL durability, downsampling, status, tokens, bad input.
+//! * `manage` — deleting runs (API, CLI, page) and per-project retention.
 //! * `proxy` — the hub behind Debian's nginx, as `docs/reverse-proxy.nginx.conf` shows.
 //! * `range` — range reads for zooming: exact edges, non-finite values, while written.
 //! * `rules` — alert rules made in the page: previewed, tested, in force within a second.
@@ -37,6 +38,7 @@ mod embed;
 mod hardening;
 mod hub;
 mod import;
+mod manage;
 mod metrics;
 mod proxy;
 mod range;

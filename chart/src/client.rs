@@ -8,7 +8,8 @@
 use crate::data::RunData;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use stepstream_protocol::{
-    FromViewer, HubError, RunId, RunSummary, StatusChange, Subscribe, ToViewer, Unsubscribe, Zoomed,
+    FromViewer, HubError, RunDeleted, RunId, RunSummary, StatusChange, Subscribe, ToViewer,
+    Unsubscribe, Zoomed,
 };
 
 /// History points per metric asked for on a first subscription: a chart is at most a few
@@ -33,6 +34,8 @@ pub enum Change {
     /// A command for a run's training was queued or moved on.
     Command(RunId),
     Zoomed(Zoomed),
+    /// A run was deleted: gone from the list, its points dropped.
+    Deleted(RunDeleted),
     HubError(HubError),
 }
 
@@ -345,6 +348,14 @@ impl Client {
                 }
             }
             ToViewer::Zoomed(z) => Change::Zoomed(z),
+            ToViewer::RunDeleted(d) => {
+                if let Some(listed) = &mut self.listed {
+                    listed.remove(&d.run_id);
+                }
+                self.items.retain(|(run, _, _)| run != &d.run_id);
+                let frames = self.unwant(std::slice::from_ref(&d.run_id));
+                return (Change::Deleted(d), frames);
+            }
             ToViewer::Resync(_) => Change::Nothing,
             ToViewer::HubError(e) => Change::HubError(e),
         };

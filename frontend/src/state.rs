@@ -128,6 +128,8 @@ pub struct Ctx {
     pub samples: RwSignal<u64>,
     /// Bumped (with when) after the charts were redrawn, at most four times a second.
     pub drawn: RwSignal<(u64, f64)>,
+    /// Runs deleted while the page was open that it was showing: who deleted each.
+    pub deleted: RwSignal<Vec<(RunId, String)>>,
 }
 
 impl Ctx {
@@ -170,6 +172,7 @@ impl Ctx {
             console_step: RwSignal::new(None),
             samples: RwSignal::new(0),
             drawn: RwSignal::new((0, 0.0)),
+            deleted: RwSignal::new(Vec::new()),
         }
     }
 
@@ -404,6 +407,20 @@ impl Ctx {
             Change::Zoomed(z) => {
                 if crate::fetch::answer(z) {
                     mark_dirty();
+                }
+            }
+            Change::Deleted(d) => {
+                self.runs
+                    .update(|runs| runs.retain(|r| r.run_id != d.run_id));
+                let selected = self.selected.get_untracked();
+                if selected.contains(&d.run_id) {
+                    self.deleted
+                        .update(|g| g.push((d.run_id.clone(), d.by.clone())));
+                    // The client dropped its points already; the charts follow the rest.
+                    crate::fetch::forget(Some(&d.run_id));
+                    self.selected
+                        .set(selected.into_iter().filter(|r| r != &d.run_id).collect());
+                    self.refresh_charts();
                 }
             }
             Change::HubError(e) => {

@@ -14,7 +14,7 @@ use serde::{de::DeserializeOwned, Serialize};
 /// First two bytes of every frame.
 pub const MAGIC: [u8; 2] = *b"SS";
 /// The wire version this build speaks. Bump it on any change to a payload's bytes.
-pub const VERSION: u8 = 8;
+pub const VERSION: u8 = 9;
 /// Frames above this size are refused by every decoder (and by the hub before decoding).
 pub const MAX_FRAME_LEN: usize = 16 << 20;
 /// Length of the envelope header.

@@ -420,6 +420,18 @@ pub struct RunUpdates {
     pub now: f64,
 }
 
+/// A run was deleted (by someone through the API, the page or the CLI, or by its project's
+/// retention): viewers drop it from their list and their charts. Its project lets the hub
+/// tell only the viewers who may see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDeleted {
+    pub run_id: RunId,
+    pub project: String,
+    /// Who deleted it, as they call themselves (`retention` for the hub's own).
+    pub by: String,
+    pub at: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metrics {
     pub run_id: RunId,
@@ -512,6 +524,15 @@ pub struct PeerRun {
     pub hub: u64,
     pub run_id: RunId,
     pub change: Option<StatusChange>,
+}
+
+/// A run was deleted through hub `hub` (by `by`): the others check that the shared store no
+/// longer holds it, then forget it and tell their viewers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerDeleted {
+    pub hub: u64,
+    pub run_id: RunId,
+    pub by: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -628,6 +649,7 @@ direction! {
         RunUpdates = 0x38,
         Zoomed = 0x39,
         CommandEvent = 0x3a,
+        RunDeleted = 0x3b,
         HubError = 0x3f,
     }
 }
@@ -641,6 +663,7 @@ direction! {
         PeerAlert = 0x43,
         PeerCommand = 0x44,
         PeerRules = 0x45,
+        PeerDeleted = 0x46,
     }
 }
 

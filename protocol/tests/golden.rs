@@ -430,6 +430,16 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(),
         ),
+        (
+            "ToViewer_RunDeleted",
+            ToViewer::RunDeleted(RunDeleted {
+                run_id: run_id(),
+                project: "llama".into(),
+                by: "ada".into(),
+                at: 1_764_700_302.0,
+            })
+            .encode(),
+        ),
         ("ToViewer_HubError", ToViewer::HubError(hub_error).encode()),
         (
             "ToPeer_PeerBatch",
@@ -450,6 +460,15 @@ fn samples() -> Vec<(&'static str, Vec<u8>)> {
                     id: MetricId(3),
                     name: "grad_norm".into(),
                 }],
+            })
+            .encode(),
+        ),
+        (
+            "ToPeer_PeerDeleted",
+            ToPeer::PeerDeleted(PeerDeleted {
+                hub: 0x5eed,
+                run_id: run_id(),
+                by: "ops".into(),
             })
             .encode(),
         ),

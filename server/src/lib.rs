@@ -66,7 +66,10 @@ pub async fn start(settings: Settings) -> Result<Running, ServeError> {
 pub fn router(state: AppState, guard: guard::Guard) -> Router {
     let reads = Router::new()
         .route("/api/runs", get(api::list_runs))
-        .route("/api/runs/{id}", get(api::run_detail))
+        .route(
+            "/api/runs/{id}",
+            get(api::run_detail).delete(api::delete::delete),
+        )
         .route("/api/runs/{id}/series", get(api::series))
         .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
         .route("/api/runs/{id}/config.json", get(api::export_config))

@@ -128,6 +128,7 @@ pub async fn start(
         &settings.alerts,
         settings.limits.clone(),
     );
+    hub.set_retention(settings.retention.clone());
     if let Some(ms) = settings.linger {
         hub.pace.fix(ms);
     }

@@ -36,6 +36,8 @@ pub struct Settings {
     /// The linger the hub asks of collectors always (`--linger MS`); `None`: it follows the
     /// hub's load (`hub/pace.rs`).
     pub linger: Option<u32>,
+    /// Which ended runs the hub deletes on its own (`--retain`).
+    pub retention: crate::hub::retention::Retention,
     /// Listen beyond loopback without tokens (a trusted network).
     pub insecure_no_auth: bool,
     /// Alert rules and notification channels.

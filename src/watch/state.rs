@@ -289,6 +289,14 @@ impl App {
                 }
             }
             ToViewer::CommandEvent(_) => {}
+            ToViewer::RunDeleted(d) => {
+                self.runs.retain(|r| r.run_id != d.run_id);
+                self.chosen.remove(&d.run_id);
+                self.series.remove(&d.run_id);
+                self.console.remove(&d.run_id);
+                self.cursor = self.cursor.min(self.runs.len().saturating_sub(1));
+                self.link = format!("run {} was deleted by {}", d.run_id, d.by);
+            }
             ToViewer::HubError(e) => {
                 self.link = format!("hub: {}", e.message);
             }

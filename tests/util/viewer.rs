@@ -72,6 +72,8 @@ pub struct Viewer {
     pub command_events: Vec<CommandEvent>,
     /// Zoom windows answered.
     pub zoomed: Vec<Zoomed>,
+    /// Runs the hub said were deleted.
+    pub deleted: Vec<RunDeleted>,
     /// The hub closed the socket.
     pub closed: bool,
     /// Run-list pages before the last one.
@@ -118,6 +120,7 @@ impl Viewer {
             alerts: Vec::new(),
             command_events: Vec::new(),
             zoomed: Vec::new(),
+            deleted: Vec::new(),
             closed: false,
             list_pages: Vec::new(),
             run_lists: 0,
@@ -254,6 +257,10 @@ impl Viewer {
             ToViewer::Alert(a) => self.alerts.push(a),
             ToViewer::CommandEvent(e) => self.command_events.push(e),
             ToViewer::Zoomed(z) => self.zoomed.push(z),
+            ToViewer::RunDeleted(d) => {
+                self.run_list.retain(|r| r.run_id != d.run_id);
+                self.deleted.push(d);
+            }
         }
     }
 }

@@ -456,6 +456,10 @@ impl Connection {
                 );
                 self.last_error = Some(e.message);
             }
+            // Its points are gone from the client; the widget says why where it drew them.
+            Change::Deleted(d) => {
+                self.last_error = Some(format!("run {} was deleted", d.run_id));
+            }
             // The widget asks for no zoom windows; statuses and alerts are read from the
             // client when drawing.
             Change::Nothing

@@ -99,6 +99,27 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
             });
         })
     };
+    let deleting = RwSignal::new(false);
+    let deleted = RwSignal::new(String::new());
+    let delete = {
+        let (id, project) = (id.clone(), project.clone());
+        Callback::new(move |()| {
+            deleting.set(false);
+            deleted.set("deleting…".into());
+            let path = format!(
+                "/api/runs/{}?by={}",
+                String::from(js_sys::encode_uri_component(&id)),
+                String::from(js_sys::encode_uri_component(&signed(&by.get_untracked())))
+            );
+            let project = project.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                // Once deleted, the hub tells every page (this one too): the run leaves.
+                if let Err(e) = send("DELETE", &path, &project, None).await {
+                    deleted.set(e);
+                }
+            });
+        })
+    };
     let has_job = !job.is_empty();
     view! {
         <section class="commands" data-testid="commands" data-run-id=id.clone()>
@@ -138,6 +159,19 @@ pub fn Commands(ctx: Ctx, run: RunId, project: String, job: String, ended: bool)
                     </p>
                 </Show>
                 <p class="command-result" data-testid="command-result">{move || result.get()}</p>
+            </Show>
+            <Show when=move || ended>
+                <div class="delete-run">
+                    <button class="delete" data-testid="delete" on:click=move |_| deleting.set(true)>"Delete run…"</button>
+                    <Show when=move || deleting.get()>
+                        <p class="confirm" data-testid="delete-confirm-box">
+                            "Delete this run and everything stored of it (points, console, samples, alerts)? This cannot be undone."
+                            " "<button class="confirm" data-testid="delete-confirm" on:click=move |_| delete.run(())>"Delete"</button>
+                            " "<button class="cancel" on:click=move |_| deleting.set(false)>"Cancel"</button>
+                        </p>
+                    </Show>
+                    <p class="command-result" data-testid="delete-result">{move || deleted.get()}</p>
+                </div>
             </Show>
             <ul class="run-alerts" data-testid="run-alerts">
                 {move || {

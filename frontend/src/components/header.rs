@@ -50,6 +50,14 @@ pub fn StaleBanner(ctx: Ctx) -> impl IntoView {
                 }).collect_view()}
             </div>
         </Show>
+        <Show when=move || ctx.deleted.with(|d| !d.is_empty())>
+            <div class="banner deleted" data-testid="deleted-banner">
+                {move || ctx.deleted.get().into_iter().map(|(run, by)| {
+                    view! { <p>{format!("Run {run} was deleted by {by}.")}</p> }
+                }).collect_view()}
+                <button on:click=move |_| ctx.deleted.set(Vec::new())>"OK"</button>
+            </div>
+        </Show>
     }
 }
 

@@ -5,6 +5,7 @@
 //! `"Infinity"` and `"-Infinity"`.
 
 pub mod commands;
+pub mod delete;
 pub mod items;
 pub mod rules;
 
@@ -36,7 +37,7 @@ pub enum ApiError {
     UnknownMetric { run: String, metric: String },
     #[error("{0}")]
     BadRequest(String),
-    #[error("this token may not command runs of project {0:?}: a write token of the project may")]
+    #[error("this token may not command or delete runs of project {0:?}: a write token of the project may")]
     MayNotWrite(String),
     #[error("{0}")]
     Conflict(String),

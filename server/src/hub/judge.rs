@@ -368,6 +368,7 @@ impl Hub {
             }
         }
         self.sweep_updates(now);
+        self.retain_due(now);
     }
 
     /// Publishes, at most once a second, one frame with the summary of every run that

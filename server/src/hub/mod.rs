@@ -18,9 +18,11 @@ mod actions;
 mod announce;
 mod append;
 pub mod commands;
+mod delete;
 mod judge;
 pub mod pace;
 mod peer;
+pub mod retention;
 pub mod rules;
 mod run;
 
@@ -28,6 +30,7 @@ use crate::limits::HubLimits;
 use crate::store::{RunTail, Store, StoreError};
 pub use append::{Appended, InFlight, Submitted};
 use axum::body::Bytes;
+pub use delete::DeleteError;
 use judge::Job;
 pub use peer::follow;
 pub use run::{LiveEvent, Run, RunState};
@@ -115,6 +118,11 @@ pub struct Hub {
     sample_bytes: AtomicU64,
     /// The linger collectors are asked for (`pace.rs`).
     pub pace: pace::Pace,
+    /// Which ended runs the hub deletes on its own (`retention.rs`), and when it last
+    /// looked (hub clock); set while a look is under way.
+    retention: OnceLock<retention::Retention>,
+    retained_at: Mutex<f64>,
+    retaining: std::sync::atomic::AtomicBool,
 }
 
 fn encode(msg: ToViewer) -> Bytes {
@@ -181,6 +189,9 @@ impl Hub {
             swept_at: Mutex::new(0.0),
             sample_bytes: AtomicU64::new(samples),
             pace: pace::Pace::default(),
+            retention: OnceLock::new(),
+            retained_at: Mutex::new(0.0),
+            retaining: Default::default(),
         });
         tokio::spawn(announce::announce_loop(Arc::downgrade(&hub), announcements));
         (hub, jobs)
@@ -312,6 +323,8 @@ impl Hub {
         };
         // The collector's heartbeats arrive here: this hub judges the run.
         self.take_lease(key).await;
+        // A run deleted meanwhile (its key is gone) is a new run now.
+        let existing = existing.filter(|r| r.key == key);
         let run = match existing {
             Some(run) => {
                 let (was, resolved) = run.state_mut(|st| {
@@ -346,13 +359,17 @@ impl Hub {
                 let mut state = RunState::new(identity.clone(), RunTail::default(), Vec::new());
                 state.last_activity = now;
                 let run = Arc::new(Run::new(key, state));
-                let run = self
-                    .runs
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(identity.run_id.clone())
-                    .or_insert(run)
-                    .clone();
+                let run = {
+                    let mut runs = self.runs.write().unwrap_or_else(|e| e.into_inner());
+                    match runs.get(&identity.run_id) {
+                        Some(known) if known.key == key => known.clone(),
+                        // Unknown, or a deleted run of the same id whose key is gone.
+                        _ => {
+                            runs.insert(identity.run_id.clone(), run.clone());
+                            run
+                        }
+                    }
+                };
                 // Two first hellos for one new id raced: the loser is a second writer.
                 let mine = run.state_mut(|st| match st.writer {
                     Some((w, _)) if w != writer => false,
@@ -539,6 +556,7 @@ impl Hub {
             .await;
         self.expire_commands(run, status).await;
         self.tell_ending(run, status, change.message.as_deref());
+        self.retain_soon();
         if status == RunStatus::Failed {
             self.failed(run, change.message.unwrap_or_default()).await;
         }

@@ -170,7 +170,13 @@ impl Hub {
     pub(super) async fn refresh(&self, run_id: &RunId) -> Option<Arc<Run>> {
         let stored = match self.store.load_run(run_id.clone()).await {
             Ok(Some(s)) => s,
-            Ok(None) => return None,
+            Ok(None) => {
+                // Known here and gone from the shared store: another hub deleted it.
+                if let Some(run) = self.run(run_id) {
+                    self.forget(&run, "another hub");
+                }
+                return None;
+            }
             Err(e) => {
                 tracing::warn!(run = %run_id, error = %e, "could not read a run another hub changed");
                 return self.run(run_id);
@@ -183,6 +189,10 @@ impl Hub {
     /// status, metrics, and any batches this hub missed (sent to its viewers in order).
     async fn adopt(&self, stored: StoredRun) -> Arc<Run> {
         let run_id = stored.identity.run_id.clone();
+        if let Some(old) = self.run(&run_id).filter(|r| r.key != stored.key) {
+            // Deleted, and made again under the same id through another hub.
+            self.forget(&old, "another hub");
+        }
         let run = self.run(&run_id).unwrap_or_else(|| {
             let mut state = RunState::new(
                 stored.identity.clone(),
@@ -342,6 +352,25 @@ impl Hub {
                     None => self.publish_update(&run),
                 }
             }
+            ToPeer::PeerDeleted(d) if d.hub != self.hub_id() => {
+                // Only when the store agrees: a forged message deletes nothing.
+                let Some(run) = self.run(&d.run_id) else {
+                    return;
+                };
+                match self.store.load_run(d.run_id.clone()).await {
+                    Ok(None) => self.forget(&run, &d.by),
+                    Ok(Some(stored)) if stored.key != run.key => {
+                        self.forget(&run, &d.by);
+                        self.adopt(stored).await;
+                    }
+                    Ok(Some(_)) => {
+                        tracing::warn!(run = %d.run_id, "a peer says a run was deleted that the store holds; keeping it")
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = %d.run_id, error = %e, "could not check a peer's deletion against the store")
+                    }
+                }
+            }
             ToPeer::PeerRules(r) if r.hub != self.hub_id() => {
                 // Read from the shared store, not taken from the message.
                 if let Err(e) = self.load_rules().await {
@@ -409,6 +438,15 @@ impl Hub {
         match self.store.load_runs().await {
             Ok(runs) => {
                 let n = runs.len();
+                // Runs deleted through another hub while this one was not listening.
+                let kept: HashSet<_> = runs.iter().map(|s| s.key).collect();
+                for run in self.runs() {
+                    if !kept.contains(&run.key) {
+                        // Or created since the list was read: the store says which.
+                        let run_id = run.state(|st| st.identity.run_id.clone());
+                        self.refresh(&run_id).await;
+                    }
+                }
                 for stored in runs {
                     let run = self.adopt(stored).await;
                     self.publish_update(&run);

@@ -24,6 +24,8 @@ pub enum LiveEvent {
     Alert(stepstream_protocol::Alert),
     /// A command for the run's training was queued or moved on.
     Command(stepstream_protocol::CommandEvent),
+    /// The run was deleted: its followers stop (viewers are told through the run list).
+    Deleted,
 }
 
 pub struct RunState {

@@ -90,15 +90,22 @@ pub(super) enum Command {
         id: u64,
         reply: oneshot::Sender<Result<bool>>,
     },
-    /// A command moved on (never back: a state at or below the stored one changes nothing);
-    /// answered with whether it moved. `id: None` moves every command of the run that is
-    /// not final yet (a run that ended expires them).
     /// Packs a run's batches after its last pack, the tail included (`store::pack`); answers
     /// whether batches are left for another command (at most `PACKS_PER_COMMAND` packs each).
     Pack {
         key: RunKey,
         reply: oneshot::Sender<Result<bool>>,
     },
+    /// Deletes a run that ended, with everything stored of it; answered with whether it
+    /// was there. Refused ([`Applied::Refused`]) while it is running or stale, or while a
+    /// writer heard from within `WRITER_SILENCE_S` holds it (a resume through another hub).
+    DeleteRun {
+        key: RunKey,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+    /// A command moved on (never back: a state at or below the stored one changes nothing);
+    /// answered with whether it moved. `id: None` moves every command of the run that is
+    /// not final yet (a run that ended expires them).
     MoveOrder {
         key: RunKey,
         id: Option<u64>,
@@ -346,6 +353,12 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
         }
         Command::DeleteRule { reply, .. } | Command::Pack { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
+        }
+        Command::DeleteRun { reply, .. } => {
+            let _ = reply.send(outcome.and_then(|a| match a {
+                Applied::Refused(why) => Err(StoreError::Conflict(why)),
+                a => Ok(matches!(a, Applied::Inserted(true))),
+            }));
         }
         Command::QueueOrder { reply, .. } => {
             let _ = reply.send(outcome.map(|a| match a {

@@ -66,6 +66,29 @@ fn held_by_another(run_id: &RunId) -> String {
     )
 }
 
+/// Why a run may not be deleted now, from its stored status: a run that has not ended may
+/// still be written (a stale run's collector may come back).
+fn undeletable(run_id: &str, status: &str) -> Option<String> {
+    matches!(status, "running" | "stale").then(|| {
+        format!(
+            "run {run_id} is {status}: only a run that ended may be deleted (stop it, or wait \
+             until the hub marks it failed)"
+        )
+    })
+}
+
+/// What deleting a run removes: every table that holds rows of it, keyed by `run_key`,
+/// before its `runs` row (the engines add their own: SQLite's `recent`, PostgreSQL's
+/// `judges`).
+const RUN_TABLES: [&str; 6] = [
+    "batches",
+    "items",
+    "alerts",
+    "metrics",
+    "commands",
+    "alert_acks",
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database refused or cannot be reached (disk full, I/O error, a lost
@@ -332,6 +355,14 @@ impl Store {
     /// `pack::PACKS_PER_COMMAND` packs; answers whether batches are left for another call.
     pub async fn pack(&self, key: RunKey) -> Result<bool> {
         self.call(|reply| Command::Pack { key, reply }).await
+    }
+
+    /// Deletes a run that ended and everything stored of it (its batches, console lines,
+    /// samples, alerts, commands); answers whether it was stored. Refused
+    /// ([`StoreError::Conflict`]) while the store says it is running or stale. On SQLite the
+    /// freed pages go back to the file system (incremental vacuum).
+    pub async fn delete_run(&self, key: RunKey) -> Result<bool> {
+        self.call(|reply| Command::DeleteRun { key, reply }).await
     }
 
     /// Packs these runs' batches on a task of its own, one command after another.

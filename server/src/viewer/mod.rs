@@ -120,6 +120,7 @@ fn update_visible(hub: &Hub, scope: &Scope, bytes: Bytes) -> Option<Bytes> {
     let visible = match ToViewer::decode(&bytes) {
         Ok(ToViewer::RunUpdate(u)) => scope.allows(&u.run.project, u.run.run_id.as_str()),
         Ok(ToViewer::StatusChange(c)) => visible(hub, scope, &c.run_id),
+        Ok(ToViewer::RunDeleted(d)) => scope.allows(&d.project, d.run_id.as_str()),
         Ok(ToViewer::RunUpdates(mut u)) => {
             let all = u.runs.len();
             u.runs
@@ -447,6 +448,7 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
             Ok(LiveEvent::Status(change)) => out.send(frame(ToViewer::StatusChange(change))).await,
             Ok(LiveEvent::Alert(alert)) => out.send(frame(ToViewer::Alert(alert))).await,
             Ok(LiveEvent::Command(event)) => out.send(frame(ToViewer::CommandEvent(event))).await,
+            Ok(LiveEvent::Deleted) => return,
             Err(broadcast::error::RecvError::Lagged(missed)) => {
                 tracing::info!(run = %run_id, missed, after_seq = last, "viewer lagged; resynchronising from storage");
                 let through = run.settled_through().await;

@@ -7,7 +7,10 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
-use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
+use super::super::{
+    held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
+    WRITER_SILENCE_S,
+};
 use stepstream_protocol::ItemKind;
 use stepstream_protocol::StepRecord;
 
@@ -239,6 +242,26 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
+        Command::DeleteRun { key, .. } => {
+            // The run's row locked first: a hello through another hub (which sets it
+            // running) either commits before and is seen, or waits and finds it gone.
+            let Some(row) = tx.query_opt(
+                "SELECT run_id, status FROM runs WHERE key = $1 FOR UPDATE",
+                &[key],
+            )?
+            else {
+                return Ok(Applied::Inserted(false));
+            };
+            let (run_id, status): (String, String) = (row.get(0), row.get(1));
+            if let Some(why) = undeletable(&run_id, &status) {
+                return Ok(Applied::Refused(why));
+            }
+            for table in RUN_TABLES.iter().chain(&["judges"]) {
+                tx.execute(&format!("DELETE FROM {table} WHERE run_key = $1"), &[key])?;
+            }
+            tx.execute("DELETE FROM runs WHERE key = $1", &[key])?;
+            Ok(Applied::Inserted(true))
+        }
         Command::AddAlert { key, alert, .. } => {
             tx.execute(
                 "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) VALUES ($1, \

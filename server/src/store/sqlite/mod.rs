@@ -79,6 +79,7 @@ pub(super) fn open(
     // Checkpoints run on their own thread (`checkpoint`); SQLite's own is a backstop.
     conn.pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)?;
     conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_KEPT_BYTES)?;
+    reclaim_deleted_pages(&conn, path)?;
     conn.execute_batch(SCHEMA)?;
     migrate(&mut conn)?;
     conn.execute_batch(INDEXES)?;
@@ -90,6 +91,41 @@ pub(super) fn open(
         path: path.to_path_buf(),
     });
     Ok((tx, reads, runs))
+}
+
+/// Databases up to this size made before deleted runs gave their pages back are rebuilt
+/// (`VACUUM`) once when opened; a larger one keeps reusing its free pages instead, and says
+/// how to rebuild it (a `VACUUM` writes a copy as large as the database).
+const VACUUM_AT_OPEN_BYTES: u64 = 1 << 30;
+
+/// Makes pages freed by deleting a run leave the file (`PRAGMA incremental_vacuum` after
+/// each delete): `auto_vacuum` takes effect through one `VACUUM`.
+fn reclaim_deleted_pages(conn: &Connection, path: &Path) -> Result<()> {
+    const INCREMENTAL: i64 = 2;
+    let mode: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+    if mode == INCREMENTAL {
+        return Ok(());
+    }
+    // Even a new file needs the `VACUUM` (instant then): WAL mode, set first, already wrote
+    // its header.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    if size > VACUUM_AT_OPEN_BYTES {
+        tracing::warn!(
+            db = %path.display(),
+            bytes = size,
+            "deleted runs' space is reused but not returned to the file system: stop the hub \
+             and run `sqlite3 DB 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM'` once to change that"
+        );
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    conn.execute_batch("VACUUM")?;
+    if size > 1 << 20 {
+        tracing::info!(db = %path.display(), bytes = size, ms = started.elapsed().as_millis() as u64,
+            "rebuilt the database once so that deleting runs frees space");
+    }
+    Ok(())
 }
 
 impl Reads<Sqlite> {

@@ -5,7 +5,10 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
-use super::super::{held_by_another, other_project, Result, RunKey, StoreError, WRITER_SILENCE_S};
+use super::super::{
+    held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
+    WRITER_SILENCE_S,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 use stepstream_protocol::ItemKind;
 use stepstream_protocol::StepRecord;
@@ -196,6 +199,31 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
+        Command::DeleteRun { key, .. } => {
+            let found: Option<(String, String)> = tx
+                .prepare_cached("SELECT run_id, status FROM runs WHERE key = ?1")?
+                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let Some((run_id, status)) = found else {
+                return Ok(Applied::Inserted(false));
+            };
+            if let Some(why) = undeletable(&run_id, &status) {
+                return Ok(Applied::Refused(why));
+            }
+            for table in RUN_TABLES.iter().chain(&["recent"]) {
+                tx.prepare_cached(&format!("DELETE FROM {table} WHERE run_key = ?1"))?
+                    .execute([key])?;
+            }
+            tx.prepare_cached("DELETE FROM runs WHERE key = ?1")?
+                .execute([key])?;
+            // The freed pages leave the file (a database made before auto_vacuum was set
+            // reuses them instead: `sqlite::open`).
+            // Stepped to its end: each step frees one page.
+            let mut vacuum = tx.prepare("PRAGMA incremental_vacuum")?;
+            let mut steps = vacuum.query([])?;
+            while steps.next()?.is_some() {}
+            Ok(Applied::Inserted(true))
+        }
         Command::AddAlert { key, alert, .. } => {
             tx.prepare_cached(
                 "INSERT INTO alerts (run_key, rule, fired, step, value, message, at) \
