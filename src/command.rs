@@ -74,14 +74,14 @@ pub fn note(args: NoteArgs) -> Result<()> {
 
 /// The hub as the other commands name it (`ws://...`) or as a browser does (`http://...`),
 /// for HTTP.
-fn http_base(hub: &str) -> String {
+pub(crate) fn http_base(hub: &str) -> String {
     hub.trim_end_matches('/')
         .replacen("ws://", "http://", 1)
         .replacen("wss://", "https://", 1)
 }
 
 /// What a refusal says: its JSON `error`, or its text.
-fn why(r: ureq::Response) -> String {
+pub(crate) fn why(r: ureq::Response) -> String {
     let text = r.into_string().unwrap_or_default();
     serde_json::from_str::<serde_json::Value>(&text)
         .ok()

@@ -3,6 +3,7 @@
 
 mod command;
 mod demo;
+mod export;
 mod follow;
 mod token;
 mod watch;
@@ -53,6 +54,9 @@ enum Command {
     /// Delete runs that ended, with everything stored of them (a write token of their
     /// project); the pages watching them are told.
     Delete(command::DeleteArgs),
+    /// Export runs' metrics into files, one per run: Parquet (typed columns, the run's config
+    /// in the file's metadata; for pandas, polars, DuckDB) or CSV, by run id or --project.
+    Export(export::ExportArgs),
     /// Watch the hub in a terminal (over SSH, in tmux): the run list, charts of the chosen
     /// runs, their alerts and console, pushed live.
     Watch(watch::WatchArgs),
@@ -272,6 +276,7 @@ fn main() -> std::process::ExitCode {
         Command::Checkpoint(args) => command::checkpoint(args),
         Command::Note(args) => command::note(args),
         Command::Delete(args) => command::delete(args),
+        Command::Export(args) => export::export(args),
         Command::Watch(args) => watch::watch(args),
         Command::Backup(args) => backup(args),
         Command::Restore(args) => restore(args),

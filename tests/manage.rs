@@ -328,3 +328,181 @@ fn a_run_is_deleted_from_the_page_and_leaves_every_page() {
     }
     assert_eq!(hub.get("/api/runs/doomed").status, 404);
 }
+
+/// The Python with pyarrow and DuckDB (`scripts/python-wheel` makes it).
+fn readers_python() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-readers/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/python-wheel (it installs pyarrow and duckdb there)",
+        p.display()
+    );
+    p
+}
+
+/// What the readers report of one exported run: rows, each metric's non-null count and an
+/// order-sensitive sum of its values' bits (wrapping), and the run's project from the
+/// file's metadata; DuckDB's view of all the files together.
+const READ_PARQUET: &str = r#"
+import json, sys
+import duckdb, numpy as np, pyarrow.parquet as pq
+
+out = {"files": {}}
+for path in sys.argv[2:]:
+    t = pq.read_table(path)
+    meta = json.loads(t.schema.metadata[b"stepstream.run"])
+    cols = {}
+    for name in t.column_names[4:]:
+        col = t.column(name)
+        present = col.drop_null().to_numpy().astype(np.float64)
+        bits = present.view(np.uint64)
+        weights = np.arange(1, len(bits) + 1, dtype=np.uint64)
+        cols[name] = [len(present), int(np.sum(bits * weights, dtype=np.uint64))]
+    steps = t.column("step").to_numpy()
+    out["files"][t.column("run_id")[0].as_py()] = {
+        "rows": t.num_rows, "project": meta["project"], "columns": t.column_names,
+        "metrics": cols, "first_step": int(steps[0]), "last_step": int(steps[-1]),
+        "time_type": str(t.schema.field("time").type),
+    }
+glob = sys.argv[1] + "/*.parquet"
+out["duckdb"] = duckdb.sql(
+    f"SELECT run_id, count(*), count(loss), sum(step), "
+    f"sum(CASE WHEN epoch_us(time) = round(timestamp * 1e6) THEN 0 ELSE 1 END) "
+    f"FROM read_parquet('{glob}', union_by_name = true) GROUP BY run_id ORDER BY run_id"
+).fetchall()
+print(json.dumps(out))
+"#;
+
+/// Exported runs read back by pyarrow and DuckDB as they were logged: every value's bits
+/// (NaN, the infinities, -0.0, subnormals), nulls where a step logged nothing, steps that go
+/// back, and a metric named like a leading column; `--project` exports each of its runs.
+#[test]
+fn parquet_exports_are_read_exactly_by_pyarrow_and_duckdb() {
+    let hub = Hub::start(&[]);
+    let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 5e-324];
+    // Per run, what it logged: each step and its values by name.
+    type Logged = Vec<(i64, Vec<(&'static str, f64)>)>;
+    let mut logged: std::collections::BTreeMap<&str, Logged> = Default::default();
+    for (id, steps) in [("pq-long", 150_000i64), ("pq-short", 1_000)] {
+        let run = started_run(&hub, "exp", id, None);
+        let mut rows = Vec::new();
+        for i in 0..steps {
+            // A resume: the steps go back once.
+            let step = if i < steps / 2 { i } else { i - steps / 4 };
+            let mut values = vec![("loss", f64::from((2.0 / (1.0 + i as f64 * 1e-3)) as f32))];
+            if i % 10 == 0 {
+                values.push(("grad_norm", 1.0 + (i as f64).sin()));
+            }
+            if i % 1_000 == 7 {
+                values.push(("odd", specials[(i / 1_000) as usize % specials.len()]));
+            }
+            if i % 3 == 0 {
+                values.push(("step", i as f64 * 0.5));
+            }
+            run.log_at(step, 1.765e9 + i as f64 * 0.01, &values);
+            rows.push((step, values));
+        }
+        assert!(run.finish(Outcome::Finished).delivered);
+        logged.insert(id, rows);
+    }
+    finished_run(&hub, "elsewhere", "not-exported", None, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let out = succeed(Command::new(BIN).args([
+        "export",
+        "--project",
+        "exp",
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--hub",
+        &hub.ws(),
+    ]));
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["pq-long.parquet", "pq-short.parquet"]);
+    let read = Command::new(readers_python())
+        .arg("-c")
+        .arg(READ_PARQUET)
+        .arg(dir.path())
+        .args(files.iter().map(|f| dir.path().join(f)))
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let said: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    for (id, rows) in &logged {
+        let file = &said["files"][id];
+        assert_eq!(file["rows"], rows.len(), "{id}");
+        assert_eq!(file["project"], "exp");
+        assert_eq!(
+            file["columns"],
+            serde_json::json!([
+                "run_id",
+                "step",
+                "timestamp",
+                "time",
+                "loss",
+                "grad_norm",
+                "step (metric)",
+                "odd"
+            ])
+        );
+        assert_eq!(file["time_type"], "timestamp[us, tz=UTC]");
+        assert_eq!(file["first_step"], rows[0].0);
+        assert_eq!(file["last_step"], rows.last().unwrap().0);
+        for (metric, column) in [
+            ("loss", "loss"),
+            ("grad_norm", "grad_norm"),
+            ("odd", "odd"),
+            ("step", "step (metric)"),
+        ] {
+            let values: Vec<u64> = rows
+                .iter()
+                .filter_map(|(_, v)| {
+                    v.iter()
+                        .find(|(n, _)| *n == metric)
+                        .map(|(_, x)| x.to_bits())
+                })
+                .collect();
+            let sum = values.iter().enumerate().fold(0u64, |s, (i, b)| {
+                s.wrapping_add(b.wrapping_mul(i as u64 + 1))
+            });
+            assert_eq!(
+                file["metrics"][column],
+                serde_json::json!([values.len(), sum]),
+                "{id} {metric}"
+            );
+        }
+    }
+    // DuckDB reads both files as one table: per run, rows, non-null losses, the sum of the
+    // steps, and no row whose `time` differs from its `timestamp`.
+    let expect: Vec<serde_json::Value> = logged
+        .iter()
+        .map(|(id, rows)| {
+            let sum: i64 = rows.iter().map(|r| r.0).sum();
+            serde_json::json!([id, rows.len(), rows.len(), sum, 0])
+        })
+        .collect();
+    assert_eq!(said["duckdb"], serde_json::json!(expect));
+    // A run that is not there, or a token that may not read it: a clear refusal, no file.
+    let missing = Command::new(BIN)
+        .args([
+            "export",
+            "nope",
+            "--out",
+            dir.path().to_str().unwrap(),
+            "--hub",
+            &hub.ws(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("unknown run"));
+    assert!(!dir.path().join("nope.parquet").exists());
+}

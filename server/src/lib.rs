@@ -72,6 +72,7 @@ pub fn router(state: AppState, guard: guard::Guard) -> Router {
         )
         .route("/api/runs/{id}/series", get(api::series))
         .route("/api/runs/{id}/metrics.csv", get(api::export_csv))
+        .route("/api/runs/{id}/metrics.parquet", get(api::parquet::export))
         .route("/api/runs/{id}/config.json", get(api::export_config))
         .route("/api/runs/{id}/alerts", get(api::alerts))
         .route(

@@ -7,6 +7,7 @@
 pub mod commands;
 pub mod delete;
 pub mod items;
+pub mod parquet;
 pub mod rules;
 
 use crate::auth::Scope;
