@@ -38,6 +38,108 @@ impl<P> Default for Bucket<P> {
     }
 }
 
+impl<P: Copy> Bucket<P> {
+    /// The point pushed `n`-th joins the bucket.
+    fn add(&mut self, n: usize, value: f64, payload: P) {
+        let point = Some((n, value, payload));
+        self.first.get_or_insert((n, value, payload));
+        self.last = point;
+        if value.is_nan() {
+            self.nan.get_or_insert((n, value, payload));
+        } else if value == f64::INFINITY {
+            self.pos_inf.get_or_insert((n, value, payload));
+        } else if value == f64::NEG_INFINITY {
+            self.neg_inf.get_or_insert((n, value, payload));
+        } else {
+            if self.min.is_none_or(|(_, m, _)| value < m) {
+                self.min = point;
+            }
+            if self.max.is_none_or(|(_, m, _)| value > m) {
+                self.max = point;
+            }
+        }
+    }
+
+    fn kept(&self) -> impl Iterator<Item = (usize, f64, P)> {
+        [
+            self.first,
+            self.last,
+            self.min,
+            self.max,
+            self.nan,
+            self.pos_inf,
+            self.neg_inf,
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The kept points, in push order, once each.
+fn in_push_order<P>(mut keep: Vec<(usize, f64, P)>) -> Vec<(P, f64)> {
+    keep.sort_unstable_by_key(|p| p.0);
+    keep.dedup_by_key(|p| p.0);
+    keep.into_iter().map(|(_, v, p)| (p, v)).collect()
+}
+
+/// M4 over buckets of whole steps aligned to multiples of `width` (bucket `k` holds the
+/// steps `k * width .. (k + 1) * width`), placed by integer division and kept sparsely, so
+/// any steps, however far apart, cost only the buckets they fill.
+///
+/// This is what makes summaries nest: the M4 of a run at width `W` is the M4, at `W`, of
+/// the points its parts kept at any width `w` that divides `W`, pushed part by part in the
+/// order the parts were pushed (a bucket of `W` is a union of buckets of `w`, and each kept
+/// point keeps its place in the order). The store keeps each pack's M4 at a few widths for
+/// whole-run views.
+pub struct StepM4<P> {
+    width: i64,
+    buckets: std::collections::BTreeMap<i64, Bucket<P>>,
+    n: usize,
+}
+
+impl<P: Copy> StepM4<P> {
+    pub fn new(width: i64) -> StepM4<P> {
+        StepM4 {
+            width: width.max(1),
+            buckets: std::collections::BTreeMap::new(),
+            n: 0,
+        }
+    }
+
+    /// The bucket of `step` at `width`.
+    pub fn bucket_of(step: i64, width: i64) -> i64 {
+        step.div_euclid(width.max(1))
+    }
+
+    pub fn push(&mut self, step: i64, value: f64, payload: P) {
+        let n = self.n;
+        self.buckets
+            .entry(Self::bucket_of(step, self.width))
+            .or_default()
+            .add(n, value, payload);
+        self.n += 1;
+    }
+
+    /// Points pushed so far.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Buckets holding a point.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The kept points' payloads and values, in the order they were pushed.
+    pub fn finish(self) -> Vec<(P, f64)> {
+        in_push_order(self.buckets.values().flat_map(Bucket::kept).collect())
+    }
+}
+
 /// Streaming M4: memory is per bucket, not per point. `P` is whatever the caller needs back
 /// for a kept point (its step and time, or its index in an array).
 pub struct M4<P> {
@@ -92,25 +194,8 @@ impl<P: Copy> M4<P> {
 
     pub fn push(&mut self, x: f64, value: f64, payload: P) {
         let idx = self.bucket_of(x);
-        let b = &mut self.buckets[idx];
-        let point = Some((self.n, value, payload));
+        self.buckets[idx].add(self.n, value, payload);
         self.n += 1;
-        b.first.get_or_insert((self.n - 1, value, payload));
-        b.last = point;
-        if value.is_nan() {
-            b.nan.get_or_insert((self.n - 1, value, payload));
-        } else if value == f64::INFINITY {
-            b.pos_inf.get_or_insert((self.n - 1, value, payload));
-        } else if value == f64::NEG_INFINITY {
-            b.neg_inf.get_or_insert((self.n - 1, value, payload));
-        } else {
-            if b.min.is_none_or(|(_, m, _)| value < m) {
-                b.min = point;
-            }
-            if b.max.is_none_or(|(_, m, _)| value > m) {
-                b.max = point;
-            }
-        }
     }
 
     /// Joins the M4 of points pushed after this one's (same buckets and range, e.g. the
@@ -144,15 +229,7 @@ impl<P: Copy> M4<P> {
 
     /// The kept points' payloads and values, in the order they were pushed.
     pub fn finish(self) -> Vec<(P, f64)> {
-        let mut keep: Vec<(usize, f64, P)> = self
-            .buckets
-            .iter()
-            .flat_map(|b| [b.first, b.last, b.min, b.max, b.nan, b.pos_inf, b.neg_inf])
-            .flatten()
-            .collect();
-        keep.sort_unstable_by_key(|p| p.0);
-        keep.dedup_by_key(|p| p.0);
-        keep.into_iter().map(|(_, v, p)| (p, v)).collect()
+        in_push_order(self.buckets.iter().flat_map(Bucket::kept).collect())
     }
 }
 
@@ -259,6 +336,77 @@ mod tests {
             let key = |v: Vec<(usize, f64)>| v.into_iter().map(|(i, _)| i).collect::<Vec<_>>();
             assert_eq!(key(merged.finish()), key(whole.finish()), "cut at {cut}");
         }
+    }
+
+    /// A series with spikes, every non-finite value, ties and steps that go back.
+    fn rough(n: usize, seed: u64) -> Vec<(i64, f64)> {
+        let mut x = seed | 1;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        (0..n)
+            .map(|i| {
+                let r = rnd();
+                let step = if i > n / 2 {
+                    i as i64 - (n / 3) as i64
+                } else {
+                    i as i64
+                };
+                let v = match r % 97 {
+                    0 => f64::NAN,
+                    1 => f64::INFINITY,
+                    2 => f64::NEG_INFINITY,
+                    3 => 1e6,
+                    4..=10 => 0.5,
+                    _ => ((r >> 11) as f64 / (1u64 << 53) as f64).sin(),
+                };
+                (step, v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn step_m4_of_parts_kept_at_a_divisor_width_is_step_m4_of_everything() {
+        for (n, seed) in [(50_000, 7), (9_999, 12_345)] {
+            let points = rough(n, seed);
+            for (fine, coarse) in [(16, 64), (1024, 16_384), (1024, 1024), (7, 700)] {
+                let mut whole = StepM4::new(coarse);
+                for (i, &(s, v)) in points.iter().enumerate() {
+                    whole.push(s, v, i);
+                }
+                // Parts of 4,096 points (packs), each kept at the fine width, then pushed in
+                // order into the coarse M4.
+                let mut joined = StepM4::new(coarse);
+                for (p, part) in points.chunks(4096).enumerate() {
+                    let mut m4 = StepM4::new(fine);
+                    for (j, &(s, v)) in part.iter().enumerate() {
+                        m4.push(s, v, (p * 4096 + j, s));
+                    }
+                    for ((i, s), v) in m4.finish() {
+                        joined.push(s, v, (i, s));
+                    }
+                }
+                let whole: Vec<usize> = whole.finish().into_iter().map(|(i, _)| i).collect();
+                let joined: Vec<usize> = joined.finish().into_iter().map(|((i, _), _)| i).collect();
+                assert_eq!(whole, joined, "{fine} into {coarse}, {n} points");
+            }
+        }
+    }
+
+    #[test]
+    fn step_buckets_are_aligned_to_multiples_of_the_width() {
+        assert_eq!(StepM4::<()>::bucket_of(0, 1024), 0);
+        assert_eq!(StepM4::<()>::bucket_of(1023, 1024), 0);
+        assert_eq!(StepM4::<()>::bucket_of(1024, 1024), 1);
+        assert_eq!(StepM4::<()>::bucket_of(-1, 1024), -1);
+        assert_eq!(StepM4::<()>::bucket_of(i64::MIN, 1024), i64::MIN / 1024);
+        let mut m4 = StepM4::new(10);
+        m4.push(i64::MAX, 1.0, ());
+        m4.push(i64::MIN, 2.0, ());
+        assert_eq!((m4.buckets(), m4.len()), (2, 2));
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! `stepstream_protocol::decimate` (the same routine the web app draws with), and the one
 //! window read both the series endpoint and a viewer's zoom answer with ([`window`]).
 
-use crate::store::{RunKey, Store, StoreError};
-use std::collections::BTreeMap;
+use crate::store::{summary, Part, RunKey, Store, StoreError};
+use std::collections::{BTreeMap, HashSet};
 use std::ops::ControlFlow;
-use stepstream_protocol::decimate::M4;
+use std::sync::Arc;
+use stepstream_protocol::decimate::{StepM4, M4};
 use stepstream_protocol::MetricId;
 
 /// A point as the hub answers it: step, value, record wall time.
@@ -99,6 +100,132 @@ impl Budgeted {
     }
 }
 
+/// Per metric, the M4 of its points over step buckets aligned to `width` (`StepM4`), fed
+/// alike by raw records and by packs' summaries at a width dividing it (summaries nest, so
+/// the answer is the M4 of the raw points), and how many points it stands for.
+pub struct Aligned {
+    width: i64,
+    range: (i64, i64),
+    wanted: Arc<HashSet<MetricId>>,
+    metrics: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)>,
+}
+
+impl Aligned {
+    pub fn new(width: i64, range: (i64, i64), wanted: Arc<HashSet<MetricId>>) -> Aligned {
+        Aligned {
+            width,
+            range,
+            wanted,
+            metrics: BTreeMap::new(),
+        }
+    }
+
+    fn slot(&mut self, id: MetricId) -> Option<&mut (u64, StepM4<(i64, f64)>)> {
+        if !self.wanted.contains(&id) {
+            return None;
+        }
+        let width = self.width;
+        Some(
+            self.metrics
+                .entry(id)
+                .or_insert_with(|| (0, StepM4::new(width))),
+        )
+    }
+
+    /// A raw point (outside the range: skipped).
+    pub fn push(&mut self, id: MetricId, step: i64, value: f64, time: f64) {
+        let (lo, hi) = self.range;
+        if (lo..=hi).contains(&step) {
+            if let Some((total, m4)) = self.slot(id) {
+                *total += 1;
+                m4.push(step, value, (step, time));
+            }
+        }
+    }
+
+    /// A part of the run, in sequence order.
+    pub fn add(&mut self, part: Part<'_>) {
+        match part {
+            Part::Summary(metrics) => {
+                for m in metrics {
+                    if let Some((total, m4)) = self.slot(m.metric) {
+                        *total += m.total;
+                        for (step, time, value) in m.points {
+                            m4.push(step, value, (step, time));
+                        }
+                    }
+                }
+            }
+            Part::Records(records) => {
+                for r in records {
+                    for &(id, v) in &r.values {
+                        self.push(id, r.step, v, r.wall_time);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each metric's kept points (steps, values, times) and how many it stood for.
+    pub fn finish(self) -> Vec<(MetricId, u64, (Vec<i64>, Vec<f64>, Vec<f64>))> {
+        self.metrics
+            .into_iter()
+            .map(|(id, (total, m4))| {
+                let kept = m4.finish();
+                let mut steps = Vec::with_capacity(kept.len());
+                let mut values = Vec::with_capacity(kept.len());
+                let mut times = Vec::with_capacity(kept.len());
+                for ((s, t), v) in kept {
+                    steps.push(s);
+                    values.push(v);
+                    times.push(t);
+                }
+                (id, total, (steps, values, times))
+            })
+            .collect()
+    }
+}
+
+/// Metrics `wanted` of the run over `range` in about `budget` points each, from the packs'
+/// summaries (`store::summary`) where the range is long enough for one of their widths:
+/// each metric's points stored in the range and its answer. `None` when it is
+/// not (the range is short, or a metric has no more points than the budget, which must come
+/// whole): read the raw points instead.
+pub async fn summarized(
+    store: &Store,
+    key: RunKey,
+    through_seq: u64,
+    range: (i64, i64),
+    budget: usize,
+    wanted: Arc<HashSet<MetricId>>,
+) -> Result<Option<Vec<(MetricId, u64, Answer)>>, StoreError> {
+    let Some((level, width)) = summary::width_for(range, budget.max(4) / 4) else {
+        return Ok(None);
+    };
+    let aligned = store
+        .scan_summarized(
+            key,
+            summary::WIDTHS[level],
+            range,
+            through_seq,
+            Aligned::new(width, range, wanted),
+            |aligned, part| aligned.add(part),
+        )
+        .await?;
+    let mut out = Vec::new();
+    for (id, total, (steps, values, times)) in aligned.finish() {
+        let thinned = (steps.len() as u64) < total;
+        if thinned && total <= budget as u64 {
+            return Ok(None);
+        }
+        out.push((id, total, (steps, values, times, thinned)));
+    }
+    Ok(Some(out))
+}
+
+/// Steps, values, times, and whether they were thinned.
+pub type Answer = (Vec<i64>, Vec<f64>, Vec<f64>, bool);
+
 /// One metric over a step window, as the series endpoint and a viewer's zoom answer it.
 pub struct Window {
     /// The window's steps (the run's whole range when none was given).
@@ -128,6 +255,23 @@ pub async fn window(
     let hi = to.or(bounds.map(|b| b.1)).unwrap_or(lo);
     if hi < lo {
         return Ok(None);
+    }
+    // A long range reads the packs' summaries, not their values.
+    let wanted = Arc::new(HashSet::from([metric]));
+    if let Some(mut answer) = summarized(store, key, through_seq, (lo, hi), budget, wanted).await? {
+        let (total, (steps, values, times, downsampled)) = answer
+            .pop()
+            .map(|(_, total, a)| (total, a))
+            .unwrap_or_default();
+        return Ok(Some(Window {
+            from: lo,
+            to: hi,
+            steps,
+            values,
+            times,
+            downsampled,
+            total,
+        }));
     }
     let (points, total) = store
         .scan_steps(

@@ -25,12 +25,14 @@ mod pack;
 mod postgres;
 mod reads;
 mod sqlite;
+pub mod summary;
 
 pub use sqlite::backup::{backup, restore, Copied};
 
 pub use blob::{decode_records, encode_records, visit_values};
 use command::Command;
 pub use items::{image_of, sample_bytes, ItemQuery, StoredItem};
+pub use reads::Part;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -531,6 +533,22 @@ impl Store {
         f: impl FnMut(&mut S, i64, f64, MetricId, f64) + Send + 'static,
     ) -> Result<S> {
         read!(self.scan_values(key, after_seq, through_seq, state, f))
+    }
+
+    /// The run's data over the steps `range` through `through_seq`, in sequence order, as
+    /// [`Part`]s: the summaries at `width` (one of `summary::WIDTHS`) of the packs that lie
+    /// inside the range, the records of everything else (steps outside the range included:
+    /// the caller filters). Runs on the blocking pool.
+    pub async fn scan_summarized<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        width: i64,
+        range: (i64, i64),
+        through_seq: u64,
+        state: S,
+        f: impl FnMut(&mut S, Part<'_>) + Send + 'static,
+    ) -> Result<S> {
+        read!(self.scan_summarized(key, width, range, through_seq, state, f))
     }
 
     /// One stored batch's records, if that batch is stored.

@@ -50,6 +50,18 @@ pub(super) trait Dialect: Send + Sync + 'static {
         through: u64,
         visit: &mut Visit<'_>,
     ) -> Result<()>;
+    /// The run's stored rows with `seq <= through` that hold a step in `lo..=hi`, in
+    /// sequence order, until `visit` breaks: a pack lying wholly inside the range and
+    /// through `through`, with a summary at `width`, as that summary (its values are not
+    /// read); any other row as its blob. One read transaction, as [`Dialect::batches`].
+    fn summarized(
+        conn: &mut Self::Conn,
+        key: RunKey,
+        width: i64,
+        steps: (i64, i64),
+        through: u64,
+        visit: &mut dyn FnMut(Row<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<()>;
     /// The lowest and highest step stored.
     fn step_bounds(conn: &mut Self::Conn, key: RunKey) -> Result<Option<(i64, i64)>>;
     /// The run's config JSON.
@@ -69,6 +81,21 @@ pub(super) trait Dialect: Send + Sync + 'static {
     fn rules(conn: &mut Self::Conn) -> Result<Vec<super::commands::StoredRule>>;
     /// The run's acknowledgements, oldest first.
     fn acks(conn: &mut Self::Conn, key: RunKey) -> Result<Vec<super::commands::Acked>>;
+}
+
+/// A stored row as [`Dialect::summarized`] hands it on.
+pub(super) enum Row<'a> {
+    /// A pack's summary at the width asked for (`store::summary`), and its first `seq`.
+    Summary(u64, &'a [u8]),
+    /// A batch's or a pack's blob, and its (first) `seq`.
+    Blob(u64, &'a [u8]),
+}
+
+/// What [`Reads::scan_summarized`] hands its caller: a pack's summary, or the records of a
+/// batch that has no summary (its steps may lie outside the range: the caller filters).
+pub enum Part<'a> {
+    Summary(Vec<super::summary::MetricSummary>),
+    Records(&'a [StepRecord]),
 }
 
 /// Which of a run's batches a scan reads.
@@ -184,6 +211,37 @@ impl<D: Dialect> Reads<D> {
                     D::batches_in_steps(c, key, steps, through, &mut visit)?
                 }
             }
+            Ok(state)
+        })
+        .await
+    }
+
+    /// The run's data over the steps `range` through `through` as [`Part`]s, in sequence
+    /// order: the summaries at `width` of the packs inside the range, the records of the
+    /// rest. Runs on the blocking pool.
+    pub(super) async fn scan_summarized<S: Send + 'static>(
+        &self,
+        key: RunKey,
+        width: i64,
+        range: (i64, i64),
+        through_seq: u64,
+        mut state: S,
+        mut f: impl FnMut(&mut S, Part<'_>) + Send + 'static,
+    ) -> Result<S> {
+        self.read(move |c| {
+            let mut batches = Batches::new(key, (0, through_seq), Some(range));
+            D::summarized(c, key, width, range, through_seq, &mut |row| match row {
+                Row::Summary(seq, blob) => {
+                    let summary = super::summary::decode(blob)
+                        .ok_or(StoreError::Corrupt { run_key: key, seq })?;
+                    f(&mut state, Part::Summary(summary));
+                    Ok(ControlFlow::Continue(()))
+                }
+                Row::Blob(seq, blob) => batches.visit(seq, blob, &mut state, &mut |s, _, r| {
+                    f(s, Part::Records(r));
+                    ControlFlow::Continue(())
+                }),
+            })?;
             Ok(state)
         })
         .await

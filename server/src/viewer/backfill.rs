@@ -68,36 +68,37 @@ pub(super) async fn backfill(
         for (g, group) in groups.iter().enumerate() {
             let last_group = g + 1 == groups.len();
             let group: Arc<HashSet<MetricId>> = Arc::new(group.iter().copied().collect());
-            // Two halves of the run on two threads, their M4s merged: the same answer,
-            // sooner.
-            let scan = |from: u64, to: u64| {
-                let filter = filter.clone();
-                let group = group.clone();
-                hub.store.scan_values(
+            // A long run's history from its packs' summaries (a fresh subscription only:
+            // a resumed one continues after a `seq`), else from every raw point.
+            let summarized = if after == 0 {
+                crate::downsample::summarized(
+                    &hub.store,
                     run.key,
-                    from,
-                    to,
-                    PerMetric::new(budget, range),
-                    move |per_metric, step, time, id, v| {
-                        if filter.step_ok(step) && group.contains(&id) {
-                            per_metric.push(id, step, v, time);
-                        }
-                    },
+                    through,
+                    range,
+                    budget,
+                    group.clone(),
                 )
+                .await
+            } else {
+                Ok(None)
             };
-            let mid = after + (through - after) / 2;
-            let scanned = tokio::try_join!(scan(after, mid), scan(mid, through))
-                .map(|(early, late)| early.merge(late));
-            let per_metric = match scanned {
-                Ok(per_metric) => per_metric,
+            let answers = match summarized {
+                Ok(Some(answers)) => Ok(answers),
+                Ok(None) => {
+                    raw_group(hub, run, filter, (after, through), budget, range, &group).await
+                }
+                Err(e) => Err(e),
+            };
+            let answers = match answers {
+                Ok(answers) => answers,
                 Err(e) => {
                     tracing::error!(error = %e, "backfill failed");
                     return ControlFlow::Break(());
                 }
             };
             let mut pieces = Vec::new();
-            for (metric, points) in per_metric.finish() {
-                let (steps, values, times, thinned) = points.finish();
+            for (metric, _, (steps, values, times, thinned)) in answers {
                 for part in split_series(metric, steps, values, times) {
                     pieces.push((part, thinned));
                 }
@@ -181,6 +182,42 @@ pub(super) async fn backfill(
     } else {
         ControlFlow::Break(())
     }
+}
+
+/// One group's thinned history from every raw point: two halves of the run on two threads,
+/// their M4s merged (the same answer, sooner).
+async fn raw_group(
+    hub: &Hub,
+    run: &Run,
+    filter: &Filter,
+    (after, through): (u64, u64),
+    budget: usize,
+    range: (i64, i64),
+    group: &Arc<HashSet<MetricId>>,
+) -> Result<Vec<(MetricId, u64, crate::downsample::Answer)>, crate::store::StoreError> {
+    let scan = |from: u64, to: u64| {
+        let filter = filter.clone();
+        let group = group.clone();
+        hub.store.scan_values(
+            run.key,
+            from,
+            to,
+            PerMetric::new(budget, range),
+            move |per_metric, step, time, id, v| {
+                if filter.step_ok(step) && group.contains(&id) {
+                    per_metric.push(id, step, v, time);
+                }
+            },
+        )
+    };
+    let mid = after + (through - after) / 2;
+    let (early, late) = tokio::try_join!(scan(after, mid), scan(mid, through))?;
+    Ok(early
+        .merge(late)
+        .finish()
+        .into_iter()
+        .map(|(metric, points)| (metric, 0, points.finish()))
+        .collect())
 }
 
 /// One metric's points, cut into series of at most [`CHUNK_VALUES`] points.

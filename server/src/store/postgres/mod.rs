@@ -12,7 +12,7 @@ use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
 use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
-use super::reads::{Dialect, Reads, Visit};
+use super::reads::{Dialect, Reads, Row, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls};
@@ -282,6 +282,45 @@ impl Dialect for Postgres {
             ],
         )?;
         each_batch(rows, visit)
+    }
+
+    fn summarized(
+        client: &mut Client,
+        key: RunKey,
+        width: i64,
+        (lo, hi): (i64, i64),
+        through: u64,
+        visit: &mut dyn FnMut(Row<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        // A pack's values are read (`CASE`) only when it has no summary to give; the
+        // portal streams the rows.
+        let rows = client.query_raw(
+            "SELECT b.seq, s.data, CASE WHEN s.data IS NULL THEN b.data END \
+             FROM batches b LEFT JOIN summaries s ON s.run_key = b.run_key \
+             AND s.width = $2 AND s.seq = b.seq AND b.seq_end <= $5 \
+             AND b.lo_step >= $3 AND b.hi_step <= $4 \
+             WHERE b.run_key = $1 AND b.seq <= $5 AND b.hi_step >= $3 AND b.lo_step <= $4 \
+             ORDER BY b.seq",
+            [
+                &key as &(dyn postgres::types::ToSql + Sync),
+                &width,
+                &lo,
+                &hi,
+                &(through.min(i64::MAX as u64) as i64),
+            ],
+        )?;
+        let mut rows = rows;
+        while let Some(row) = rows.next()? {
+            let seq = row.get::<_, i64>(0) as u64;
+            let visited = match row.get::<_, Option<&[u8]>>(1) {
+                Some(summary) => visit(Row::Summary(seq, summary))?,
+                None => visit(Row::Blob(seq, row.get::<_, &[u8]>(2)))?,
+            };
+            if visited.is_break() {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     fn step_bounds(client: &mut Client, key: RunKey) -> Result<Option<(i64, i64)>> {

@@ -152,6 +152,17 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS packed_seq BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS unpacked_values BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS unpacked_records BIGINT NOT NULL DEFAULT 0;
 ",
+    "
+-- Each pack's M4 summaries (`store::summary`), one row per bucket width: whole-run views
+-- read these, not the packs' values. Packs made before have none (read raw).
+CREATE TABLE IF NOT EXISTS summaries (
+    run_key BIGINT NOT NULL,
+    width BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (run_key, width, seq)
+);
+",
 ];
 
 /// Any number: the advisory lock's key for migrations.

@@ -7,6 +7,7 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
+use super::super::summary::{summarize, WIDTHS};
 use super::super::{
     held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
     WRITER_SILENCE_S,
@@ -531,5 +532,12 @@ fn write_pack(
             &(last as i64),
         ],
     )?;
+    for width in WIDTHS {
+        tx.execute(
+            "INSERT INTO summaries (run_key, width, seq, data) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (run_key, width, seq) DO UPDATE SET data = excluded.data",
+            &[&key, &width, &(first as i64), &summarize(&all, width)],
+        )?;
+    }
     Ok(())
 }

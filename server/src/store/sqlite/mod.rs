@@ -11,13 +11,15 @@ mod checkpoint;
 #[cfg(test)]
 mod pack_tests;
 mod schema;
+#[cfg(test)]
+mod summary_tests;
 mod writer;
 
 use super::blob::class_floors;
 use super::command::{spawn_writer, Command, Writer};
 use super::commands::{Acked, Row as CommandRow, StoredRule};
 use super::items::{kind_of, stream_of, ItemQuery, StoredItem};
-use super::reads::{Dialect, Reads, Visit};
+use super::reads::{Dialect, Reads, Row, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -314,6 +316,60 @@ impl Dialect for Sqlite {
                 if each_batch(rows, visit)?.is_break() {
                     return Ok(());
                 }
+            }
+        }
+        Ok(())
+    }
+
+    fn summarized(
+        conn: &mut Connection,
+        key: RunKey,
+        width: i64,
+        (lo, hi): (i64, i64),
+        through: u64,
+        visit: &mut dyn FnMut(Row<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let through = through.min(i64::MAX as u64) as i64;
+        let tx = conn.transaction()?;
+        {
+            // A pack's values are read (`CASE`) only when it has no summary to give.
+            let mut stmt = tx.prepare_cached(
+                "SELECT b.seq, s.data, CASE WHEN s.data IS NULL THEN b.data END \
+                 FROM batches b LEFT JOIN summaries s ON s.run_key = b.run_key \
+                 AND s.width = ?2 AND s.seq = b.seq AND b.seq_end <= ?5 \
+                 AND b.lo_step >= ?3 AND b.hi_step <= ?4 \
+                 WHERE b.run_key = ?1 AND b.seq <= ?5 AND b.hi_step >= ?3 AND b.lo_step <= ?4 \
+                 ORDER BY b.seq",
+            )?;
+            let mut rows = stmt.query(params![key, width, lo, hi, through])?;
+            while let Some(row) = rows.next()? {
+                let seq = row.get::<_, i64>(0)? as u64;
+                let summary = row
+                    .get_ref(1)?
+                    .as_blob_or_null()
+                    .map_err(rusqlite::Error::from)?;
+                let visited = match summary {
+                    Some(summary) => visit(Row::Summary(seq, summary))?,
+                    None => {
+                        let blob = row.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?;
+                        visit(Row::Blob(seq, blob))?
+                    }
+                };
+                if visited.is_break() {
+                    return Ok(());
+                }
+            }
+        }
+        let mut stmt = tx.prepare_cached(
+            "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq <= ?2 AND hi_step >= ?3 \
+             AND lo_step <= ?4 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![key, through, lo, hi])?;
+        while let Some(row) = rows.next()? {
+            let seq = row.get::<_, i64>(0)? as u64;
+            let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+            if visit(Row::Blob(seq, blob))?.is_break() {
+                return Ok(());
             }
         }
         Ok(())

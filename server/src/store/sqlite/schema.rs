@@ -85,6 +85,15 @@ CREATE TABLE IF NOT EXISTS recent (
     data BLOB NOT NULL,
     PRIMARY KEY (run_key, seq)
 ) WITHOUT ROWID;
+-- Each pack's M4 summaries (`store::summary`), one row per bucket width: whole-run views
+-- read these, not the packs' values. Packs made before version 7 have none (read raw).
+CREATE TABLE IF NOT EXISTS summaries (
+    run_key INTEGER NOT NULL,
+    width INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_key, width, seq)
+);
 -- Console lines and samples (`store::items`), apart from the records' blobs.
 CREATE TABLE IF NOT EXISTS items (
     run_key INTEGER NOT NULL,
@@ -147,7 +156,7 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
@@ -157,7 +166,8 @@ pub(super) const SCHEMA_VERSION: i64 = 6;
 /// (the `items` table, created by [`SCHEMA`], and the runs' console counts); version 5 the
 /// `commands`, `alert_acks` and `page_rules` tables (created by [`SCHEMA`]); version 6 packs
 /// (`batches.seq_end`, the runs' `packed_seq` and unpacked counts; the batches stored before
-/// are packed by the writer afterwards, `Store::open`). One transaction: an interrupted migration
+/// are packed by the writer afterwards, `Store::open`); version 7 the packs' summaries (the
+/// `summaries` table, created by [`SCHEMA`]). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

@@ -1,0 +1,189 @@
+//! A pack's summaries: per metric, the points M4 keeps over step buckets aligned to a few
+//! widths ([`WIDTHS`]), written beside the pack when it is made. A whole-run (or wide)
+//! answer at a bucket width that is a multiple of one of them reads the summaries of the
+//! packs inside its range, not their values, and gets exactly the M4 of the raw data
+//! (`decimate::StepM4`: summaries nest). A run of 10 M steps is ~2,400 packs: its whole
+//! series is ~20,000 summary points per metric instead of 10 M values.
+//!
+//! Layout: varint metric count, then per metric `id | values in the pack | kept points`,
+//! and the kept points' steps (i64), wall times and values (f64), little-endian, in the
+//! order they were logged. Spikes, NaN and the infinities are kept as M4 keeps them.
+
+use std::collections::BTreeMap;
+use stepstream_protocol::decimate::StepM4;
+use stepstream_protocol::{MetricId, StepRecord};
+
+/// The bucket widths (in steps) a pack is summarised at, finest first. A pack holds 4,096
+/// records or fewer, so at 1,024 a metric logged every step keeps about 16 points per pack
+/// (256 times fewer) and at 16,384 at most 8; both together add about 0.15 bytes per value.
+pub const WIDTHS: [i64; 2] = [1_024, 16_384];
+
+/// One metric's summary in one pack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricSummary {
+    pub metric: MetricId,
+    /// Values of the metric in the pack.
+    pub total: u64,
+    /// Kept points: step, wall time, value; in the order they were logged.
+    pub points: Vec<(i64, f64, f64)>,
+}
+
+/// The summary of `records` at `width`, encoded.
+pub fn summarize<'a>(records: impl IntoIterator<Item = &'a StepRecord>, width: i64) -> Vec<u8> {
+    let mut per_metric: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)> = BTreeMap::new();
+    for r in records {
+        for &(id, v) in &r.values {
+            let (total, m4) = per_metric
+                .entry(id)
+                .or_insert_with(|| (0, StepM4::new(width)));
+            *total += 1;
+            m4.push(r.step, v, (r.step, r.wall_time));
+        }
+    }
+    let mut out = Vec::new();
+    put_varint(&mut out, per_metric.len() as u64);
+    for (id, (total, m4)) in per_metric {
+        let kept = m4.finish();
+        put_varint(&mut out, u64::from(id.0));
+        put_varint(&mut out, total);
+        put_varint(&mut out, kept.len() as u64);
+        for ((step, _), _) in &kept {
+            out.extend_from_slice(&step.to_le_bytes());
+        }
+        for ((_, time), _) in &kept {
+            out.extend_from_slice(&time.to_le_bytes());
+        }
+        for (_, v) in &kept {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// A summary's metrics; `None` when the bytes are not one.
+pub fn decode(mut blob: &[u8]) -> Option<Vec<MetricSummary>> {
+    let metrics = varint(&mut blob)?;
+    let mut out = Vec::with_capacity(metrics.min(4096) as usize);
+    for _ in 0..metrics {
+        let metric = MetricId(u32::try_from(varint(&mut blob)?).ok()?);
+        let total = varint(&mut blob)?;
+        let n = usize::try_from(varint(&mut blob)?).ok()?;
+        let bytes = n.checked_mul(24)?;
+        if blob.len() < bytes || n as u64 > total {
+            return None;
+        }
+        let (cols, rest) = blob.split_at(bytes);
+        blob = rest;
+        let word = |col: usize, i: usize| -> [u8; 8] {
+            let at = col * n * 8 + i * 8;
+            cols[at..at + 8].try_into().expect("8 bytes")
+        };
+        let points = (0..n)
+            .map(|i| {
+                (
+                    i64::from_le_bytes(word(0, i)),
+                    f64::from_le_bytes(word(1, i)),
+                    f64::from_le_bytes(word(2, i)),
+                )
+            })
+            .collect();
+        out.push(MetricSummary {
+            metric,
+            total,
+            points,
+        });
+    }
+    blob.is_empty().then_some(out)
+}
+
+/// Which width answers `range` in about `buckets` buckets: the coarsest of [`WIDTHS`] whose
+/// aligned buckets, as few multiples of it as keep the count within `buckets`, still number
+/// at least half of `buckets`; and that bucket width. `None` when the range is too short for
+/// any (its raw points are read).
+pub fn width_for((lo, hi): (i64, i64), buckets: usize) -> Option<(usize, i64)> {
+    let buckets = buckets.max(1) as i128;
+    let span = i128::from(hi) - i128::from(lo) + 1;
+    WIDTHS.iter().enumerate().rev().find_map(|(level, &w)| {
+        let w = i128::from(w);
+        let k = ((span + buckets * w - 1) / (buckets * w)).max(1);
+        // Alignment may cost one bucket more than the span needs: then one multiple more.
+        [k, k + 1].into_iter().find_map(|k| {
+            let width = k * w;
+            let count = i128::from(hi).div_euclid(width) - i128::from(lo).div_euclid(width) + 1;
+            (count * 2 >= buckets && count <= buckets)
+                .then(|| Some((level, i64::try_from(width).ok()?)))
+                .flatten()
+        })
+    })
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn varint(blob: &mut &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&b, rest) = blob.split_first()?;
+        *blob = rest;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_decodes_to_the_m4_of_its_records_and_garbage_does_not() {
+        let records: Vec<StepRecord> = (0..4096i64)
+            .map(|s| StepRecord {
+                step: 10_000 + s,
+                wall_time: 1.7e9 + s as f64,
+                values: if s % 2 == 0 {
+                    vec![(MetricId(0), (s as f64).sin()), (MetricId(9), f64::NAN)]
+                } else {
+                    vec![(MetricId(0), if s == 777 { 1e9 } else { 0.0 })]
+                },
+            })
+            .collect();
+        let blob = summarize(&records, 1024);
+        let got = decode(&blob).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].metric, got[0].total), (MetricId(0), 4096));
+        assert!(got[0].points.iter().any(|p| p.0 == 10_777 && p.2 == 1e9));
+        assert!(got[0].points.len() <= 5 * 4, "{}", got[0].points.len());
+        assert_eq!((got[1].total, got[1].points.len()), (2048, 5 * 2));
+        assert!(got[1].points.iter().all(|p| p.2.is_nan()));
+        for cut in 0..blob.len() {
+            assert!(decode(&blob[..cut]).is_none(), "cut at {cut}");
+        }
+        let mut longer = blob.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_none());
+    }
+
+    #[test]
+    fn the_width_is_the_coarsest_that_keeps_half_the_buckets() {
+        // A 10 M-step run in 1,000 buckets: 16,384 (611 buckets).
+        assert_eq!(width_for((0, 9_999_999), 1000), Some((1, 16_384)));
+        // 1 M steps: 1,024 (977 buckets).
+        assert_eq!(width_for((0, 999_999), 1000), Some((0, 1_024)));
+        // 400 k steps: too short, read raw.
+        assert_eq!(width_for((0, 399_999), 1000), None);
+        // 100 M steps: a multiple of 16,384 that keeps within 1,000 buckets.
+        let (level, w) = width_for((0, 99_999_999), 1000).unwrap();
+        assert_eq!((level, w % 16_384), (1, 0));
+        assert!(100_000_000 / w <= 1000 && 100_000_000 / w >= 500, "{w}");
+        // Any range, even all of i64, is answered without overflow.
+        assert!(width_for((i64::MIN, i64::MAX), 1000).is_some());
+    }
+}
