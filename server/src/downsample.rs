@@ -167,7 +167,7 @@ impl Aligned {
     }
 
     /// Each metric's kept points (steps, values, times) and how many it stood for.
-    pub fn finish(self) -> Vec<(MetricId, u64, (Vec<i64>, Vec<f64>, Vec<f64>))> {
+    pub fn finish(self) -> Vec<(MetricId, u64, Columns)> {
         self.metrics
             .into_iter()
             .map(|(id, (total, m4))| {
@@ -222,6 +222,9 @@ pub async fn summarized(
     }
     Ok(Some(out))
 }
+
+/// Steps, values and times of kept points.
+pub type Columns = (Vec<i64>, Vec<f64>, Vec<f64>);
 
 /// Steps, values, times, and whether they were thinned.
 pub type Answer = (Vec<i64>, Vec<f64>, Vec<f64>, bool);
