@@ -63,11 +63,16 @@ fn all_drawn_js(last: i64, n: usize) -> String {
 #[test]
 #[ignore]
 fn bench_web_million_step_run_first_charts_and_zoom() {
+    // `STEPSTREAM_BENCH_STEPS=10000000` for the 10 M-step run of the whole-run targets.
+    let steps: i64 = std::env::var("STEPSTREAM_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let hub = Hub::start(&[]);
     let big = Collector::start(Options::new(&hub.ws(), "bench", "million")).unwrap();
     let id = big.run_id().to_string();
     let t0 = Instant::now();
-    for step in 0..1_000_000i64 {
+    for step in 0..steps {
         let x = step as f64;
         let values: Vec<(&str, f64)> = METRICS
             .iter()
@@ -83,9 +88,25 @@ fn bench_web_million_step_run_first_charts_and_zoom() {
     }
     assert!(big.finish(Outcome::Finished).delivered);
     println!(
-        "ingest of 1,000,000 steps x 10 metrics: {:.1} s",
+        "ingest of {steps} steps x 10 metrics: {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+    // The whole-run series of each metric from the API (2,000 points), twice.
+    for round in 0..2 {
+        let mut each = Vec::new();
+        for m in METRICS {
+            let t = Instant::now();
+            let r = hub.get(&format!("/api/runs/{id}/series?metric={m}"));
+            assert_eq!(r.status, 200);
+            each.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        each.sort_by(f64::total_cmp);
+        println!(
+            "  whole-run series from the API, round {round}: median {:.1} ms, max {:.1} ms per metric",
+            percentile(&each, 0.5),
+            each[each.len() - 1]
+        );
+    }
     // The hub's part: a subscription's downsampled history (4,000 points per metric).
     let run_id = stepstream_protocol::RunId::new(id.clone()).unwrap();
     for _ in 0..2 {
@@ -113,11 +134,11 @@ fn bench_web_million_step_run_first_charts_and_zoom() {
         "new Promise(done => {{ const t0 = performance.now(); \
          document.querySelector('tr.run[data-run-id=\"{id}\"]').click(); \
          const check = () => {{ if ({}) done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})",
-        all_drawn_js(999_999, 10)
+        all_drawn_js(steps - 1, 10)
     ));
     let first = ms.as_f64().unwrap();
     println!(
-        "first charts of a 1,000,000-step run, all 10 drawn: {first:.0} ms (reference {reference:.0} ms, ratio {:.2})",
+        "first charts of a {steps}-step run, all 10 drawn: {first:.0} ms (reference {reference:.0} ms, ratio {:.2})",
         first / reference
     );
     page.screenshot("bench-million");
@@ -130,7 +151,7 @@ fn bench_web_million_step_run_first_charts_and_zoom() {
     // from the wheel event to the frame that drew every raw point of the new window.
     let mut zooms = Vec::new();
     for k in 0..5i64 {
-        let from = 300_000 + k * 100_000;
+        let from = steps * 3 / 10 + k * steps / 10;
         page.navigate(&format!(
             "http://{}/?lang=en&runs={id}&x0={from}&x1={}",
             hub.addr(),

@@ -146,11 +146,11 @@ impl Aligned {
     /// A part of the run, in sequence order.
     pub fn add(&mut self, part: Part<'_>) {
         match part {
-            Part::Summary(metrics) => {
-                for m in metrics {
-                    if let Some((total, m4)) = self.slot(m.metric) {
-                        *total += m.total;
-                        for (step, time, value) in m.points {
+            Part::Summary(summary) => {
+                for (metric, count, points) in summary.metrics() {
+                    if let Some((total, m4)) = self.slot(metric) {
+                        *total += count;
+                        for (step, time, value) in points {
                             m4.push(step, value, (step, time));
                         }
                     }

@@ -94,7 +94,7 @@ pub(super) enum Row<'a> {
 /// What [`Reads::scan_summarized`] hands its caller: a pack's summary, or the records of a
 /// batch that has no summary (its steps may lie outside the range: the caller filters).
 pub enum Part<'a> {
-    Summary(Vec<super::summary::MetricSummary>),
+    Summary(super::summary::Summary<'a>),
     Records(&'a [StepRecord]),
 }
 
@@ -232,7 +232,7 @@ impl<D: Dialect> Reads<D> {
             let mut batches = Batches::new(key, (0, through_seq), Some(range));
             D::summarized(c, key, width, range, through_seq, &mut |row| match row {
                 Row::Summary(seq, blob) => {
-                    let summary = super::summary::decode(blob)
+                    let summary = super::summary::Summary::parse(blob)
                         .ok_or(StoreError::Corrupt { run_key: key, seq })?;
                     f(&mut state, Part::Summary(summary));
                     Ok(ControlFlow::Continue(()))

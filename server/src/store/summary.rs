@@ -60,40 +60,69 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a StepRecord>, width: i
     out
 }
 
-/// A summary's metrics; `None` when the bytes are not one.
-pub fn decode(mut blob: &[u8]) -> Option<Vec<MetricSummary>> {
-    let metrics = varint(&mut blob)?;
-    let mut out = Vec::with_capacity(metrics.min(4096) as usize);
-    for _ in 0..metrics {
-        let metric = MetricId(u32::try_from(varint(&mut blob)?).ok()?);
-        let total = varint(&mut blob)?;
-        let n = usize::try_from(varint(&mut blob)?).ok()?;
-        let bytes = n.checked_mul(24)?;
-        if blob.len() < bytes || n as u64 > total {
-            return None;
+/// A summary checked whole and read lazily: a metric's points are decoded only for whoever
+/// wants that metric (a whole-run series of one metric skips the others' bytes).
+pub struct Summary<'a> {
+    /// Per metric: id, values in the pack, and its kept points' three columns.
+    metrics: Vec<(MetricId, u64, &'a [u8])>,
+}
+
+impl<'a> Summary<'a> {
+    /// `None` when the bytes are not a summary.
+    pub fn parse(mut blob: &'a [u8]) -> Option<Summary<'a>> {
+        let count = varint(&mut blob)?;
+        let mut metrics = Vec::with_capacity(count.min(4096) as usize);
+        for _ in 0..count {
+            let metric = MetricId(u32::try_from(varint(&mut blob)?).ok()?);
+            let total = varint(&mut blob)?;
+            let n = usize::try_from(varint(&mut blob)?).ok()?;
+            let bytes = n.checked_mul(24)?;
+            if blob.len() < bytes || n as u64 > total {
+                return None;
+            }
+            let (cols, rest) = blob.split_at(bytes);
+            blob = rest;
+            metrics.push((metric, total, cols));
         }
-        let (cols, rest) = blob.split_at(bytes);
-        blob = rest;
-        let word = |col: usize, i: usize| -> [u8; 8] {
-            let at = col * n * 8 + i * 8;
-            cols[at..at + 8].try_into().expect("8 bytes")
-        };
-        let points = (0..n)
-            .map(|i| {
+        blob.is_empty().then_some(Summary { metrics })
+    }
+
+    /// Each metric's id, values in the pack, and kept points (step, wall time, value) in
+    /// the order they were logged.
+    pub fn metrics(
+        &self,
+    ) -> impl Iterator<Item = (MetricId, u64, impl Iterator<Item = (i64, f64, f64)> + 'a)> + '_
+    {
+        self.metrics.iter().map(|&(metric, total, cols)| {
+            let n = cols.len() / 24;
+            let word = move |col: usize, i: usize| -> [u8; 8] {
+                let at = col * n * 8 + i * 8;
+                cols[at..at + 8].try_into().expect("8 bytes")
+            };
+            let points = (0..n).map(move |i| {
                 (
                     i64::from_le_bytes(word(0, i)),
                     f64::from_le_bytes(word(1, i)),
                     f64::from_le_bytes(word(2, i)),
                 )
-            })
-            .collect();
-        out.push(MetricSummary {
-            metric,
-            total,
-            points,
-        });
+            });
+            (metric, total, points)
+        })
     }
-    blob.is_empty().then_some(out)
+}
+
+/// A summary's metrics; `None` when the bytes are not one.
+pub fn decode(blob: &[u8]) -> Option<Vec<MetricSummary>> {
+    Some(
+        Summary::parse(blob)?
+            .metrics()
+            .map(|(metric, total, points)| MetricSummary {
+                metric,
+                total,
+                points: points.collect(),
+            })
+            .collect(),
+    )
 }
 
 /// Which width answers `range` in about `buckets` buckets: the coarsest of [`WIDTHS`] whose

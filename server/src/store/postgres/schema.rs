@@ -159,6 +159,9 @@ CREATE TABLE IF NOT EXISTS summaries (
     run_key BIGINT NOT NULL,
     width BIGINT NOT NULL,
     seq BIGINT NOT NULL,
+    seq_end BIGINT NOT NULL,
+    lo_step BIGINT NOT NULL,
+    hi_step BIGINT NOT NULL,
     data BYTEA NOT NULL,
     PRIMARY KEY (run_key, width, seq)
 );

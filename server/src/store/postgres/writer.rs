@@ -532,12 +532,24 @@ fn write_pack(
             &(last as i64),
         ],
     )?;
-    for width in WIDTHS {
-        tx.execute(
-            "INSERT INTO summaries (run_key, width, seq, data) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (run_key, width, seq) DO UPDATE SET data = excluded.data",
-            &[&key, &width, &(first as i64), &summarize(&all, width)],
-        )?;
+    // A pack without steps (its batches were empty) has nothing to summarise.
+    if let Some((lo, hi)) = range {
+        for width in WIDTHS {
+            tx.execute(
+                "INSERT INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, data) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_key, width, seq) \
+                 DO UPDATE SET data = excluded.data",
+                &[
+                    &key,
+                    &width,
+                    &(first as i64),
+                    &(last as i64),
+                    &lo,
+                    &hi,
+                    &summarize(&all, width),
+                ],
+            )?;
+        }
     }
     Ok(())
 }

@@ -336,8 +336,8 @@ impl Dialect for Sqlite {
             let mut stmt = tx.prepare_cached(
                 "SELECT b.seq, s.data, CASE WHEN s.data IS NULL THEN b.data END \
                  FROM batches b LEFT JOIN summaries s ON s.run_key = b.run_key \
-                 AND s.width = ?2 AND s.seq = b.seq AND b.seq_end <= ?5 \
-                 AND b.lo_step >= ?3 AND b.hi_step <= ?4 \
+                 AND s.width = ?2 AND s.seq = b.seq AND s.seq_end <= ?5 \
+                 AND s.lo_step >= ?3 AND s.hi_step <= ?4 \
                  WHERE b.run_key = ?1 AND b.seq <= ?5 AND b.hi_step >= ?3 AND b.lo_step <= ?4 \
                  ORDER BY b.seq",
             )?;

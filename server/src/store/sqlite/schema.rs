@@ -87,10 +87,15 @@ CREATE TABLE IF NOT EXISTS recent (
 ) WITHOUT ROWID;
 -- Each pack's M4 summaries (`store::summary`), one row per bucket width: whole-run views
 -- read these, not the packs' values. Packs made before version 7 have none (read raw).
+-- The pack's last batch and step range are repeated here: a read of the summaries never
+-- touches the pack's row, whose blob comes before its `seq_end`.
 CREATE TABLE IF NOT EXISTS summaries (
     run_key INTEGER NOT NULL,
     width INTEGER NOT NULL,
     seq INTEGER NOT NULL,
+    seq_end INTEGER NOT NULL,
+    lo_step INTEGER NOT NULL,
+    hi_step INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (run_key, width, seq)
 );

@@ -479,11 +479,23 @@ fn write_pack(
         span_class(range),
         last as i64,
     ])?;
-    let mut summary = tx.prepare_cached(
-        "INSERT OR REPLACE INTO summaries (run_key, width, seq, data) VALUES (?1, ?2, ?3, ?4)",
-    )?;
-    for width in WIDTHS {
-        summary.execute(params![key, width, first as i64, summarize(&all, width)])?;
+    // A pack without steps (its batches were empty) has nothing to summarise.
+    if let Some((lo, hi)) = range {
+        let mut summary = tx.prepare_cached(
+            "INSERT OR REPLACE INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
+             data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for width in WIDTHS {
+            summary.execute(params![
+                key,
+                width,
+                first as i64,
+                last as i64,
+                lo,
+                hi,
+                summarize(&all, width)
+            ])?;
+        }
     }
     Ok(())
 }
