@@ -93,7 +93,11 @@ fn in_push_order<P>(mut keep: Vec<(usize, f64, P)>) -> Vec<(P, f64)> {
 /// whole-run views.
 pub struct StepM4<P> {
     width: i64,
-    buckets: std::collections::BTreeMap<i64, Bucket<P>>,
+    buckets: Vec<Bucket<P>>,
+    /// Where each bucket's is in `buckets`, and the last one pushed to (steps mostly come
+    /// in order: most pushes skip the map).
+    index: std::collections::HashMap<i64, usize>,
+    last: Option<(i64, usize)>,
     n: usize,
 }
 
@@ -101,7 +105,9 @@ impl<P: Copy> StepM4<P> {
     pub fn new(width: i64) -> StepM4<P> {
         StepM4 {
             width: width.max(1),
-            buckets: std::collections::BTreeMap::new(),
+            buckets: Vec::new(),
+            index: std::collections::HashMap::new(),
+            last: None,
             n: 0,
         }
     }
@@ -112,11 +118,20 @@ impl<P: Copy> StepM4<P> {
     }
 
     pub fn push(&mut self, step: i64, value: f64, payload: P) {
-        let n = self.n;
-        self.buckets
-            .entry(Self::bucket_of(step, self.width))
-            .or_default()
-            .add(n, value, payload);
+        let key = Self::bucket_of(step, self.width);
+        let at = match self.last {
+            Some((last, at)) if last == key => at,
+            _ => {
+                let fresh = self.buckets.len();
+                let at = *self.index.entry(key).or_insert(fresh);
+                if at == fresh {
+                    self.buckets.push(Bucket::default());
+                }
+                self.last = Some((key, at));
+                at
+            }
+        };
+        self.buckets[at].add(self.n, value, payload);
         self.n += 1;
     }
 
@@ -136,7 +151,7 @@ impl<P: Copy> StepM4<P> {
 
     /// The kept points' payloads and values, in the order they were pushed.
     pub fn finish(self) -> Vec<(P, f64)> {
-        in_push_order(self.buckets.values().flat_map(Bucket::kept).collect())
+        in_push_order(self.buckets.iter().flat_map(Bucket::kept).collect())
     }
 }
 

@@ -5,9 +5,10 @@
 //! (`decimate::StepM4`: summaries nest). A run of 10 M steps is ~2,400 packs: its whole
 //! series is ~20,000 summary points per metric instead of 10 M values.
 //!
-//! Layout: varint metric count, then per metric `id | values in the pack | kept points`,
-//! and the kept points' steps (i64), wall times and values (f64), little-endian, in the
-//! order they were logged. Spikes, NaN and the infinities are kept as M4 keeps them.
+//! Layout: varint metric count, then per metric `id | values in the pack | kept points |
+//! flags (1: values as f32)`, the kept points' steps (zigzag varint deltas), wall times
+//! (f64) and values (f32 when each is exactly one, else f64), little-endian, in the order
+//! they were logged. Spikes, NaN and the infinities are kept as M4 keeps them, to the bit.
 
 use std::collections::BTreeMap;
 use stepstream_protocol::decimate::StepM4;
@@ -28,8 +29,53 @@ pub struct MetricSummary {
     pub points: Vec<(i64, f64, f64)>,
 }
 
-/// The summary of `records` at `width`, encoded.
-pub fn summarize<'a>(records: impl IntoIterator<Item = &'a StepRecord>, width: i64) -> Vec<u8> {
+/// The summaries of `records` at each of [`WIDTHS`], encoded. Each coarser one is made
+/// from the finer one's kept points (summaries nest): the records are walked once.
+pub fn summarize(records: &[StepRecord]) -> [Vec<u8>; 2] {
+    // Metric ids are small and dense (the collector numbers them from 0): a vector, not a
+    // map, per value.
+    let mut per_metric: Vec<Option<(u64, StepM4<(i64, f64)>)>> = Vec::new();
+    let mut sparse: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)> = BTreeMap::new();
+    for r in records {
+        for &(id, v) in &r.values {
+            let slot = if id.0 < 4096 {
+                let i = id.0 as usize;
+                if i >= per_metric.len() {
+                    per_metric.resize_with(i + 1, || None);
+                }
+                per_metric[i].get_or_insert_with(|| (0, StepM4::new(WIDTHS[0])))
+            } else {
+                sparse
+                    .entry(id)
+                    .or_insert_with(|| (0, StepM4::new(WIDTHS[0])))
+            };
+            slot.0 += 1;
+            slot.1.push(r.step, v, (r.step, r.wall_time));
+        }
+    }
+    let fine: Vec<(MetricId, u64, Vec<((i64, f64), f64)>)> = per_metric
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, m)| m.map(|m| (MetricId(i as u32), m)))
+        .chain(sparse)
+        .map(|(id, (total, m4))| (id, total, m4.finish()))
+        .collect();
+    let coarse: Vec<(MetricId, u64, Vec<((i64, f64), f64)>)> = fine
+        .iter()
+        .map(|(id, total, kept)| {
+            let mut m4 = StepM4::new(WIDTHS[1]);
+            for &(p, v) in kept {
+                m4.push(p.0, v, p);
+            }
+            (*id, *total, m4.finish())
+        })
+        .collect();
+    [encode(&fine), encode(&coarse)]
+}
+
+/// The summary of `records` at `width` alone, encoded (what [`summarize`] must equal).
+#[cfg(test)]
+pub fn summarize_at(records: &[StepRecord], width: i64) -> Vec<u8> {
     let mut per_metric: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)> = BTreeMap::new();
     for r in records {
         for &(id, v) in &r.values {
@@ -40,31 +86,72 @@ pub fn summarize<'a>(records: impl IntoIterator<Item = &'a StepRecord>, width: i
             m4.push(r.step, v, (r.step, r.wall_time));
         }
     }
+    let kept: Vec<_> = per_metric
+        .into_iter()
+        .map(|(id, (total, m4))| (id, total, m4.finish()))
+        .collect();
+    encode(&kept)
+}
+
+/// Whether `v` comes back to the bit from an `f32`.
+fn is_f32(v: f64) -> bool {
+    f64::from(v as f32).to_bits() == v.to_bits()
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn encode(metrics: &[(MetricId, u64, Vec<((i64, f64), f64)>)]) -> Vec<u8> {
     let mut out = Vec::new();
-    put_varint(&mut out, per_metric.len() as u64);
-    for (id, (total, m4)) in per_metric {
-        let kept = m4.finish();
+    put_varint(&mut out, metrics.len() as u64);
+    for (id, total, kept) in metrics {
         put_varint(&mut out, u64::from(id.0));
-        put_varint(&mut out, total);
+        put_varint(&mut out, *total);
         put_varint(&mut out, kept.len() as u64);
-        for ((step, _), _) in &kept {
-            out.extend_from_slice(&step.to_le_bytes());
+        let narrow = kept.iter().all(|(_, v)| is_f32(*v));
+        out.push(if narrow { F32 } else { 0 });
+        let mut prev = 0i64;
+        for ((step, _), _) in kept {
+            put_varint(&mut out, zigzag(step.wrapping_sub(prev)));
+            prev = *step;
         }
-        for ((_, time), _) in &kept {
+        for ((_, time), _) in kept {
             out.extend_from_slice(&time.to_le_bytes());
         }
-        for (_, v) in &kept {
-            out.extend_from_slice(&v.to_le_bytes());
+        for (_, v) in kept {
+            if narrow {
+                out.extend_from_slice(&(*v as f32).to_le_bytes());
+            } else {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
         }
     }
     out
 }
 
+/// A metric's flag: its kept values are stored as `f32` (each is exactly one).
+const F32: u8 = 1;
+
+/// One metric's part of a summary, as [`Summary::parse`] found it.
+struct Part<'a> {
+    metric: MetricId,
+    total: u64,
+    n: usize,
+    narrow: bool,
+    steps: &'a [u8],
+    times: &'a [u8],
+    values: &'a [u8],
+}
+
 /// A summary checked whole and read lazily: a metric's points are decoded only for whoever
 /// wants that metric (a whole-run series of one metric skips the others' bytes).
 pub struct Summary<'a> {
-    /// Per metric: id, values in the pack, and its kept points' three columns.
-    metrics: Vec<(MetricId, u64, &'a [u8])>,
+    metrics: Vec<Part<'a>>,
 }
 
 impl<'a> Summary<'a> {
@@ -76,13 +163,37 @@ impl<'a> Summary<'a> {
             let metric = MetricId(u32::try_from(varint(&mut blob)?).ok()?);
             let total = varint(&mut blob)?;
             let n = usize::try_from(varint(&mut blob)?).ok()?;
-            let bytes = n.checked_mul(24)?;
-            if blob.len() < bytes || n as u64 > total {
+            if n as u64 > total {
                 return None;
             }
-            let (cols, rest) = blob.split_at(bytes);
+            let (&flags, rest) = blob.split_first()?;
             blob = rest;
-            metrics.push((metric, total, cols));
+            if flags & !F32 != 0 {
+                return None;
+            }
+            let narrow = flags & F32 != 0;
+            let start = blob;
+            for _ in 0..n {
+                varint(&mut blob)?;
+            }
+            let steps = &start[..start.len() - blob.len()];
+            let times_len = n.checked_mul(8)?;
+            let values_len = n.checked_mul(if narrow { 4 } else { 8 })?;
+            if blob.len() < times_len + values_len {
+                return None;
+            }
+            let (times, rest) = blob.split_at(times_len);
+            let (values, rest) = rest.split_at(values_len);
+            blob = rest;
+            metrics.push(Part {
+                metric,
+                total,
+                n,
+                narrow,
+                steps,
+                times,
+                values,
+            });
         }
         blob.is_empty().then_some(Summary { metrics })
     }
@@ -93,20 +204,24 @@ impl<'a> Summary<'a> {
         &self,
     ) -> impl Iterator<Item = (MetricId, u64, impl Iterator<Item = (i64, f64, f64)> + 'a)> + '_
     {
-        self.metrics.iter().map(|&(metric, total, cols)| {
-            let n = cols.len() / 24;
-            let word = move |col: usize, i: usize| -> [u8; 8] {
-                let at = col * n * 8 + i * 8;
-                cols[at..at + 8].try_into().expect("8 bytes")
-            };
-            let points = (0..n).map(move |i| {
-                (
-                    i64::from_le_bytes(word(0, i)),
-                    f64::from_le_bytes(word(1, i)),
-                    f64::from_le_bytes(word(2, i)),
-                )
+        self.metrics.iter().map(|p| {
+            let (mut steps, times, values, narrow) = (p.steps, p.times, p.values, p.narrow);
+            let mut prev = 0i64;
+            let points = (0..p.n).map(move |i| {
+                // Checked whole by `parse`.
+                let delta = varint(&mut steps).map_or(0, unzigzag);
+                prev = prev.wrapping_add(delta);
+                let time = f64::from_le_bytes(times[i * 8..i * 8 + 8].try_into().expect("8"));
+                let value = if narrow {
+                    f64::from(f32::from_le_bytes(
+                        values[i * 4..i * 4 + 4].try_into().expect("4"),
+                    ))
+                } else {
+                    f64::from_le_bytes(values[i * 8..i * 8 + 8].try_into().expect("8"))
+                };
+                (prev, time, value)
             });
-            (metric, total, points)
+            (p.metric, p.total, points)
         })
     }
 }
@@ -184,7 +299,10 @@ mod tests {
                 },
             })
             .collect();
-        let blob = summarize(&records, 1024);
+        let [blob, coarse] = summarize(&records);
+        // Each width as if made alone (the coarse one is made from the fine one's points).
+        assert_eq!(blob, summarize_at(&records, WIDTHS[0]));
+        assert_eq!(coarse, summarize_at(&records, WIDTHS[1]));
         let got = decode(&blob).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].metric, got[0].total), (MetricId(0), 4096));

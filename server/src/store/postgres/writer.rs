@@ -534,7 +534,7 @@ fn write_pack(
     )?;
     // A pack without steps (its batches were empty) has nothing to summarise.
     if let Some((lo, hi)) = range {
-        for width in WIDTHS {
+        for (width, data) in WIDTHS.into_iter().zip(summarize(&all)) {
             tx.execute(
                 "INSERT INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, data) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_key, width, seq) \
@@ -546,7 +546,7 @@ fn write_pack(
                     &(last as i64),
                     &lo,
                     &hi,
-                    &summarize(&all, width),
+                    &data,
                 ],
             )?;
         }

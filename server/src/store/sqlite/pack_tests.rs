@@ -329,6 +329,8 @@ struct Measured {
     ingest_s: f64,
     whole_s: f64,
     window_ms: f64,
+    /// Bytes of the packs' summaries (`store::summary`).
+    summary_bytes: f64,
 }
 
 /// Stores `steps` steps of a mix, four records a batch (a collector at 100 steps/s), many
@@ -392,6 +394,13 @@ async fn measure(mix: Mix, steps: i64, packing: bool) -> Measured {
     let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); VACUUM;")
         .unwrap();
+    let summary_bytes: i64 = conn
+        .query_row(
+            "SELECT coalesce(sum(length(data)), 0) FROM summaries",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     drop(conn);
     let file_bytes = std::fs::metadata(dir.path().join("hub.db")).unwrap().len() as f64;
     let started = std::time::Instant::now();
@@ -411,6 +420,7 @@ async fn measure(mix: Mix, steps: i64, packing: bool) -> Measured {
     crate::store::pack::set_packing(true);
     Measured {
         blob_bytes: blob_bytes as f64,
+        summary_bytes: summary_bytes as f64,
         file_bytes,
         values,
         ingest_s,
@@ -443,10 +453,11 @@ async fn bench_storage() {
         let (rb, rf) = per(&reference);
         let (pb, pf) = per(&packed);
         println!(
-            "{name}: {} values; bytes/value blobs {pb:.2} (without packs {rb:.2}), database \
-             file {pf:.2} ({rf:.2}); ingest {:.0} k values/s ({:.0}, ratio {:.2}); whole run \
+            "{name}: {} values; bytes/value blobs {pb:.2} (without packs {rb:.2}), summaries \
+             {:.2}, database file {pf:.2} ({rf:.2}); ingest {:.0} k values/s ({:.0}, ratio {:.2}); whole run \
              read {:.0} ms ({:.0}, ratio {:.2}); 1,000-step window {:.2} ms ({:.2}, ratio {:.2})",
             packed.values,
+            packed.summary_bytes / packed.values as f64,
             packed.values as f64 / packed.ingest_s / 1e3,
             reference.values as f64 / reference.ingest_s / 1e3,
             reference.ingest_s / packed.ingest_s,

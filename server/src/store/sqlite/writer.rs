@@ -485,16 +485,8 @@ fn write_pack(
             "INSERT OR REPLACE INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
              data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
-        for width in WIDTHS {
-            summary.execute(params![
-                key,
-                width,
-                first as i64,
-                last as i64,
-                lo,
-                hi,
-                summarize(&all, width)
-            ])?;
+        for (width, data) in WIDTHS.into_iter().zip(summarize(&all)) {
+            summary.execute(params![key, width, first as i64, last as i64, lo, hi, data])?;
         }
     }
     Ok(())
