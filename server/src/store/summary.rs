@@ -29,13 +29,19 @@ pub struct MetricSummary {
     pub points: Vec<(i64, f64, f64)>,
 }
 
+/// A metric's values counted and its M4 at a width, payloads (step, wall time).
+type Counted = (u64, StepM4<(i64, f64)>);
+
+/// A metric's id, values, and kept points ((step, wall time), value) in logged order.
+type Kept = (MetricId, u64, Vec<((i64, f64), f64)>);
+
 /// The summaries of `records` at each of [`WIDTHS`], encoded. Each coarser one is made
 /// from the finer one's kept points (summaries nest): the records are walked once.
 pub fn summarize(records: &[StepRecord]) -> [Vec<u8>; 2] {
     // Metric ids are small and dense (the collector numbers them from 0): a vector, not a
     // map, per value.
-    let mut per_metric: Vec<Option<(u64, StepM4<(i64, f64)>)>> = Vec::new();
-    let mut sparse: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)> = BTreeMap::new();
+    let mut per_metric: Vec<Option<Counted>> = Vec::new();
+    let mut sparse: BTreeMap<MetricId, Counted> = BTreeMap::new();
     for r in records {
         for &(id, v) in &r.values {
             let slot = if id.0 < 4096 {
@@ -53,14 +59,14 @@ pub fn summarize(records: &[StepRecord]) -> [Vec<u8>; 2] {
             slot.1.push(r.step, v, (r.step, r.wall_time));
         }
     }
-    let fine: Vec<(MetricId, u64, Vec<((i64, f64), f64)>)> = per_metric
+    let fine: Vec<Kept> = per_metric
         .into_iter()
         .enumerate()
         .filter_map(|(i, m)| m.map(|m| (MetricId(i as u32), m)))
         .chain(sparse)
         .map(|(id, (total, m4))| (id, total, m4.finish()))
         .collect();
-    let coarse: Vec<(MetricId, u64, Vec<((i64, f64), f64)>)> = fine
+    let coarse: Vec<Kept> = fine
         .iter()
         .map(|(id, total, kept)| {
             let mut m4 = StepM4::new(WIDTHS[1]);
@@ -76,7 +82,7 @@ pub fn summarize(records: &[StepRecord]) -> [Vec<u8>; 2] {
 /// The summary of `records` at `width` alone, encoded (what [`summarize`] must equal).
 #[cfg(test)]
 pub fn summarize_at(records: &[StepRecord], width: i64) -> Vec<u8> {
-    let mut per_metric: BTreeMap<MetricId, (u64, StepM4<(i64, f64)>)> = BTreeMap::new();
+    let mut per_metric: BTreeMap<MetricId, Counted> = BTreeMap::new();
     for r in records {
         for &(id, v) in &r.values {
             let (total, m4) = per_metric
@@ -106,7 +112,7 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn encode(metrics: &[(MetricId, u64, Vec<((i64, f64), f64)>)]) -> Vec<u8> {
+fn encode(metrics: &[Kept]) -> Vec<u8> {
     let mut out = Vec::new();
     put_varint(&mut out, metrics.len() as u64);
     for (id, total, kept) in metrics {
