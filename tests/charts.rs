@@ -446,20 +446,27 @@ fn smoothing_log_scale_outliers_axes_crosshair_theme_and_downloads() {
         "document.documentElement.dataset.theme == 'dark'",
     );
 
-    // Downloads: the chart as PNG, the run as CSV.
+    // Downloads: the chart as PNG, the run as CSV and as Parquet.
     let downloads = tempfile::tempdir().unwrap();
     page.allow_downloads(downloads.path());
     wait_hooks(&mut page, "the chart again", "loss", "h.points == 1000");
     page.eval("document.querySelector('[data-chart-card=\"loss\"] button.png').click()");
     page.eval("document.querySelector('.run-panel a.csv').click()");
-    let files = wait_for("both downloads", SHORT, || {
+    page.eval("document.querySelector('.run-panel a.parquet').click()");
+    let files = wait_for("the three downloads", SHORT, || {
         let names: Vec<String> = std::fs::read_dir(downloads.path())
             .ok()?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter(|n| !n.ends_with(".crdownload"))
             .collect();
-        (names.len() == 2).then_some(names)
+        (names.len() == 3).then_some(names)
     });
+    let parquet = files
+        .iter()
+        .find(|n| n.ends_with("_metrics.parquet"))
+        .expect("the run's Parquet");
+    let bytes = std::fs::read(downloads.path().join(parquet)).unwrap();
+    assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"));
     let png = files.iter().find(|n| n.ends_with(".png")).expect("a PNG");
     let bytes = std::fs::read(downloads.path().join(png)).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");

@@ -715,15 +715,26 @@ fn range_reads_on_postgres_find_batches_of_every_span_also_after_migrating() {
         .parse()
         .unwrap();
     assert!(packs >= 1 && rows < 1_000, "{rows} rows, {packs} packs");
+    // Each pack has its summaries at both widths.
+    let summaries = || -> i64 { pg.value("SELECT count(*) FROM summaries").parse().unwrap() };
+    let with_steps: i64 = pg
+        .value("SELECT count(*) FROM batches WHERE seq_end IS NOT NULL AND lo_step IS NOT NULL")
+        .parse()
+        .unwrap();
+    assert_eq!(summaries(), 2 * with_steps);
     drop(hub);
-    // What version 1 wrote: no span classes, the step index.
+    // What version 1 wrote: no span classes, the step index; and packs without summaries
+    // (version 6), which the hub summarises once started.
     pg.sql(
         "DROP INDEX batches_by_span; ALTER TABLE batches DROP COLUMN span_class; \
          ALTER TABLE runs DROP COLUMN writer_seen; \
          CREATE INDEX batches_by_step ON batches (run_key, lo_step, hi_step); \
-         UPDATE stepstream_schema SET version = 1",
+         DROP TABLE summaries; UPDATE stepstream_schema SET version = 1",
     );
     let hub = Hub::start(&["--store", &store]);
+    wait_for("the packs summarised", Duration::from_secs(20), || {
+        (summaries() == 2 * with_steps).then_some(())
+    });
     let steps = |from: i64, to: i64| -> Vec<i64> {
         hub.json(&format!(
             "/api/runs/backwards/series?metric=loss&from={from}&to={to}&budget=1000000"
@@ -1179,7 +1190,15 @@ fn a_run_deleted_through_one_hub_leaves_the_others_and_the_shared_store() {
         (a.get(&format!("/api/runs/{run_id}")).status == 404).then_some(())
     });
     assert!(!a.json("/api/runs").to_string().contains(run_id.as_str()));
-    for table in ["runs", "batches", "metrics", "alerts", "items", "judges"] {
+    for table in [
+        "runs",
+        "batches",
+        "summaries",
+        "metrics",
+        "alerts",
+        "items",
+        "judges",
+    ] {
         let column = if table == "runs" { "key" } else { "run_key" };
         let left = pg.value(&format!(
             "SELECT count(*) FROM {table} WHERE {column} = {key}"

@@ -75,6 +75,7 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
                 let end = if r.status.is_terminal() { r.last_point_at.unwrap_or(r.started_at) } else { now };
                 let config = detail.as_ref().map(|d| flatten(&d["config"])).unwrap_or_default();
                 let csv = api_url(&format!("/api/runs/{}/metrics.csv", id.as_str()));
+                let parquet = api_url(&format!("/api/runs/{}/metrics.parquet", id.as_str()));
                 let cfg = api_url(&format!("/api/runs/{}/config.json", id.as_str()));
                 let color = css(color_of(id.as_str()));
                 let l = lang.get();
@@ -97,6 +98,7 @@ pub fn RunPanel(ctx: Ctx) -> impl IntoView {
                         </dl>
                         <p class="downloads">
                             <a class="csv" href=csv download="">{t(l, Text::Csv)}</a>" · "
+                            <a class="parquet" href=parquet download="">"Parquet"</a>" · "
                             <a class="config" href=cfg download="">"config.json"</a>
                         </p>
                         <details class="embed" data-testid="embed">

@@ -96,6 +96,12 @@ pub(super) enum Command {
         key: RunKey,
         reply: oneshot::Sender<Result<bool>>,
     },
+    /// Summarises (`store::summary`) a few of the run's packs that have no summaries (made
+    /// by a version before them); answers whether more may be left.
+    Summarize {
+        key: RunKey,
+        reply: oneshot::Sender<Result<bool>>,
+    },
     /// Deletes a run that ended, with everything stored of it; answered with whether it
     /// was there. Refused ([`Applied::Refused`]) while it is running or stale, or while a
     /// writer heard from within `WRITER_SILENCE_S` holds it (a resume through another hub).
@@ -351,7 +357,9 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
                 _ => unreachable!("a rule's insert yields its id"),
             }));
         }
-        Command::DeleteRule { reply, .. } | Command::Pack { reply, .. } => {
+        Command::DeleteRule { reply, .. }
+        | Command::Pack { reply, .. }
+        | Command::Summarize { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
         }
         Command::DeleteRun { reply, .. } => {

@@ -82,8 +82,9 @@ fn undeletable(run_id: &str, status: &str) -> Option<String> {
 /// What deleting a run removes: every table that holds rows of it, keyed by `run_key`,
 /// before its `runs` row (the engines add their own: SQLite's `recent`, PostgreSQL's
 /// `judges`).
-const RUN_TABLES: [&str; 6] = [
+const RUN_TABLES: [&str; 7] = [
     "batches",
+    "summaries",
     "items",
     "alerts",
     "metrics",
@@ -367,8 +368,9 @@ impl Store {
         self.call(|reply| Command::DeleteRun { key, reply }).await
     }
 
-    /// Packs these runs' batches on a task of its own, one command after another.
-    pub fn pack_in_background(&self, keys: Vec<RunKey>) {
+    /// Packs these runs' batches on a task of its own, one command after another; then
+    /// summarises the packs of `all` that have none (made before summaries existed).
+    pub fn pack_in_background(&self, keys: Vec<RunKey>, all: Vec<RunKey>) {
         let store = self.clone();
         tokio::spawn(async move {
             for key in keys {
@@ -383,7 +385,25 @@ impl Store {
                     }
                 }
             }
+            for key in all {
+                loop {
+                    match store.summarize(key).await {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(e) => {
+                            tracing::warn!(run_key = key, error = %e, "summarising a run's packs failed");
+                            break;
+                        }
+                    }
+                }
+            }
         });
+    }
+
+    /// Summarises up to `summary::SUMMARIZE_PER_COMMAND` of the run's packs that have no
+    /// summaries; answers whether more may be left.
+    pub async fn summarize(&self, key: RunKey) -> Result<bool> {
+        self.call(|reply| Command::Summarize { key, reply }).await
     }
 
     pub async fn define_metrics(&self, key: RunKey, metrics: Vec<MetricDef>) -> Result<()> {

@@ -19,6 +19,21 @@ use stepstream_protocol::{MetricId, StepRecord};
 /// (256 times fewer) and at 16,384 at most 8; both together add about 0.15 bytes per value.
 pub const WIDTHS: [i64; 2] = [1_024, 16_384];
 
+/// A pack's summaries, encoded, one per width of [`WIDTHS`].
+pub type Widths = [Vec<u8>; 2];
+
+/// Packs without summaries one `Command::Summarize` summarises at most (each is decoded
+/// whole), so that a database from before summaries never holds the writer for long.
+pub const SUMMARIZE_PER_COMMAND: usize = 16;
+
+/// The summaries of a stored pack, from its blob: its step range and one blob per width.
+/// `None` when the blob is not a pack, is damaged, or holds no step.
+pub(super) fn of_pack(blob: &[u8]) -> Option<((i64, i64), Widths)> {
+    let pack = super::pack::decode_pack(blob)?;
+    let range = super::blob::step_range(&pack.records)?;
+    Some((range, summarize(&pack.records)))
+}
+
 /// One metric's summary in one pack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetricSummary {
@@ -37,7 +52,7 @@ type Kept = (MetricId, u64, Vec<((i64, f64), f64)>);
 
 /// The summaries of `records` at each of [`WIDTHS`], encoded. Each coarser one is made
 /// from the finer one's kept points (summaries nest): the records are walked once.
-pub fn summarize(records: &[StepRecord]) -> [Vec<u8>; 2] {
+pub fn summarize(records: &[StepRecord]) -> Widths {
     // Metric ids are small and dense (the collector numbers them from 0): a vector, not a
     // map, per value.
     let mut per_metric: Vec<Option<Counted>> = Vec::new();

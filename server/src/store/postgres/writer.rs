@@ -7,7 +7,7 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
-use super::super::summary::{summarize, WIDTHS};
+use super::super::summary::{self, summarize, SUMMARIZE_PER_COMMAND, WIDTHS};
 use super::super::{
     held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
     WRITER_SILENCE_S,
@@ -243,6 +243,30 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
+        Command::Summarize { key, .. } => {
+            let packs = tx.query(
+                "SELECT seq, seq_end, data FROM batches b WHERE run_key = $1 AND seq_end IS NOT \
+                 NULL AND lo_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM summaries s WHERE \
+                 s.run_key = b.run_key AND s.width = $2 AND s.seq = b.seq) ORDER BY seq LIMIT $3",
+                &[key, &WIDTHS[0], &(SUMMARIZE_PER_COMMAND as i64)],
+            )?;
+            for row in &packs {
+                let (seq, seq_end, blob): (i64, i64, &[u8]) = (row.get(0), row.get(1), row.get(2));
+                let ((lo, hi), data) = summary::of_pack(blob).ok_or(StoreError::Corrupt {
+                    run_key: *key,
+                    seq: seq as u64,
+                })?;
+                for (width, data) in WIDTHS.into_iter().zip(data) {
+                    tx.execute(
+                        "INSERT INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
+                         data) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_key, width, \
+                         seq) DO NOTHING",
+                        &[key, &width, &seq, &seq_end, &lo, &hi, &data],
+                    )?;
+                }
+            }
+            Ok(Applied::Inserted(packs.len() == SUMMARIZE_PER_COMMAND))
+        }
         Command::DeleteRun { key, .. } => {
             // The run's row locked first: a hello through another hub (which sets it
             // running) either commits before and is seen, or waits and finds it gone.

@@ -9,6 +9,8 @@
 pub mod backup;
 mod checkpoint;
 #[cfg(test)]
+mod delete_tests;
+#[cfg(test)]
 mod pack_tests;
 mod schema;
 #[cfg(test)]

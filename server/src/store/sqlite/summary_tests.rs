@@ -15,7 +15,7 @@ use stepstream_protocol::{MetricId, StepRecord};
 
 /// `n` records `stride` steps apart from `from`: a noisy float32 loss with spikes and every
 /// non-finite value now and then, a sparse metric every 64th record, and a constant.
-fn records(from: i64, stride: i64, n: usize, seed: u64) -> Vec<StepRecord> {
+pub(super) fn records(from: i64, stride: i64, n: usize, seed: u64) -> Vec<StepRecord> {
     let mut x = seed | 1;
     (0..n)
         .map(|i| {
@@ -177,8 +177,54 @@ async fn summaries_give_the_m4_of_the_raw_points_at_every_width() {
             .is_none()
     );
     // A short range is read raw.
-    assert!(summarized(&store, key, seq, (0, 100_000), 4_000, every)
+    assert!(
+        summarized(&store, key, seq, (0, 100_000), 4_000, every.clone())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Packs made before summaries existed (every third one's here): read raw among the
+    // others, the same answer; then summarised in the background, a few per command.
+    let count = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM summaries WHERE run_key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let before = count(&conn);
+    conn.execute(
+        "DELETE FROM summaries WHERE run_key = ?1 AND seq IN (SELECT seq FROM batches WHERE \
+         run_key = ?1 AND seq_end IS NOT NULL AND seq % 3 = 0)",
+        [key],
+    )
+    .unwrap();
+    let missing = before - count(&conn);
+    assert!(missing > 100, "{missing}");
+    let range = (0, 16_000_000);
+    let (_, width) = width_for(range, 1000).unwrap();
+    let want = from_raw(&store, key, width, range, every.clone()).await;
+    let answer = |got: Vec<(MetricId, u64, crate::downsample::Answer)>| -> Vec<_> {
+        got.into_iter()
+            .map(|(id, total, (s, v, t, _))| (id, total, (s, bits(&v), bits(&t))))
+            .collect()
+    };
+    let got = summarized(&store, key, seq, range, 4_000, every.clone())
         .await
         .unwrap()
-        .is_none());
+        .unwrap();
+    assert_eq!(answer(got), want);
+    let mut commands = 0;
+    while store.summarize(key).await.unwrap() {
+        commands += 1;
+    }
+    assert_eq!(count(&conn), before);
+    assert!(commands >= (missing / 2) as usize / crate::store::summary::SUMMARIZE_PER_COMMAND);
+    let got = summarized(&store, key, seq, range, 4_000, every)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer(got), want);
 }

@@ -5,7 +5,7 @@ use super::super::command::{not_next, Applied, Command, Engine};
 use super::super::commands::action_text;
 use super::super::items::{lines_in, row_of, sample_bytes};
 use super::super::pack::{encode_pack, Unpacked, PACKS_PER_COMMAND};
-use super::super::summary::{summarize, WIDTHS};
+use super::super::summary::{self, summarize, SUMMARIZE_PER_COMMAND, WIDTHS};
 use super::super::{
     held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
     WRITER_SILENCE_S,
@@ -200,6 +200,33 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
+        Command::Summarize { key, .. } => {
+            let packs: Vec<(i64, i64, Vec<u8>)> = tx
+                .prepare_cached(
+                    "SELECT seq, seq_end, data FROM batches b WHERE run_key = ?1 AND seq_end \
+                     IS NOT NULL AND lo_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \
+                     summaries s WHERE s.run_key = b.run_key AND s.width = ?2 AND s.seq = b.seq) \
+                     ORDER BY seq LIMIT ?3",
+                )?
+                .query_map(params![key, WIDTHS[0], SUMMARIZE_PER_COMMAND as i64], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut insert = tx.prepare_cached(
+                "INSERT OR REPLACE INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
+                 data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            for (seq, seq_end, blob) in &packs {
+                let ((lo, hi), data) = summary::of_pack(blob).ok_or(StoreError::Corrupt {
+                    run_key: *key,
+                    seq: *seq as u64,
+                })?;
+                for (width, data) in WIDTHS.into_iter().zip(data) {
+                    insert.execute(params![key, width, seq, seq_end, lo, hi, data])?;
+                }
+            }
+            Ok(Applied::Inserted(packs.len() == SUMMARIZE_PER_COMMAND))
+        }
         Command::DeleteRun { key, .. } => {
             let found: Option<(String, String)> = tx
                 .prepare_cached("SELECT run_id, status FROM runs WHERE key = ?1")?
