@@ -139,6 +139,10 @@ def overhead():
         def original_args(self):
             return self.p
 
+        def request_stop(self):
+            # What a stop command does; none is sent here.
+            pass
+
     loss = ms.Tensor(np.float32(0.5))
     batch = ms.Tensor(np.zeros((32, 64), np.float32))
     p = Params(net_outputs=loss, cur_step_num=1, cur_epoch_num=1, batch_num=1000,
