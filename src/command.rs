@@ -4,7 +4,6 @@
 
 use anyhow::{bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stepstream_protocol::{CommandState, FromViewer, RunId, Subscribe, ToViewer};
 use tokio_tungstenite::tungstenite::Message;
@@ -13,15 +12,8 @@ use tokio_tungstenite::tungstenite::Message;
 pub struct Target {
     /// The run's id.
     run: String,
-    /// The hub (`ws://host:7070` or `http://host:7070`).
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// A write token of the run's project (a read token may not command). Prefer
-    /// `--token-file`: a command line is visible to every user of the machine.
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    to: crate::Writing,
     /// Why, for the run's timeline and its notice.
     #[arg(long, default_value = "")]
     reason: String,
@@ -101,14 +93,8 @@ pub struct DeleteArgs {
     /// The ids of the runs to delete (each must have ended).
     #[arg(required = true)]
     runs: Vec<String>,
-    /// The hub (`ws://host:7070` or `http://host:7070`).
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// A write token of the runs' project. Prefer `--token-file`.
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    to: crate::Writing,
     /// Who deletes, as the pages watching are told (default: $USER@host).
     #[arg(long)]
     by: Option<String>,
@@ -117,8 +103,8 @@ pub struct DeleteArgs {
 /// `stepstream delete RUN...`: deletes runs that ended (`DELETE /api/runs/{id}`), each said
 /// as it goes; non-zero when any was refused or not found.
 pub fn delete(args: DeleteArgs) -> Result<()> {
-    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
-    let base = http_base(&args.hub);
+    let token = args.to.token()?;
+    let base = http_base(&args.to.hub);
     let by = who_asks(&args.by);
     let mut failed = 0;
     for run in &args.runs {
@@ -143,13 +129,13 @@ pub fn delete(args: DeleteArgs) -> Result<()> {
 }
 
 fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
-    let token = crate::token(t.token.clone(), t.token_file.as_deref())?;
+    let token = t.to.token()?;
     let run = RunId::new(t.run.clone()).map_err(anyhow::Error::msg)?;
     let by = who_asks(&t.by);
     body["reason"] = t.reason.clone().into();
     body["by"] = by.into();
     body["job"] = t.job.into();
-    let hub = http_base(&t.hub);
+    let hub = http_base(&t.to.hub);
     let base = hub.as_str();
     let url = format!("{base}/api/runs/{run}/commands");
     let mut req = ureq::post(&url);

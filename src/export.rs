@@ -21,20 +21,13 @@ pub struct ExportArgs {
     /// `parquet` (typed columns, the run's config in the file's metadata) or `csv`.
     #[arg(long, default_value = "parquet", value_parser = ["parquet", "csv"])]
     format: String,
-    /// The hub (`ws://host:7070` or `http://host:7070`).
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// A read token. Prefer `--token-file`: a command line is visible to every user of the
-    /// machine.
-    #[arg(long, env = "STEPSTREAM_READ_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    #[arg(long, env = "STEPSTREAM_READ_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    from: crate::Reading,
 }
 
 pub fn export(args: ExportArgs) -> Result<()> {
-    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
-    let base = crate::command::http_base(&args.hub);
+    let token = args.from.token()?;
+    let base = crate::command::http_base(&args.from.hub);
     let get = |path: &str| {
         let mut req = ureq::get(&format!("{base}{path}"));
         if let Some(t) = &token {

@@ -20,16 +20,8 @@ pub struct TailArgs {
     /// monitor's lines, older and newer shapes; other lines skipped).
     #[arg(long, default_value = "csv", value_parser = ["csv", "mindformers"])]
     format: String,
-    /// Hub address.
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// The write token. Prefer `--token-file`: a command line is visible to every user of
-    /// the machine.
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// A file holding the write token (its first line, trimmed).
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    to: crate::Writing,
     #[arg(long, default_value = "default")]
     project: String,
     /// Run name (default: the file's name).
@@ -56,15 +48,8 @@ pub struct TailArgs {
 pub struct ImportArgs {
     /// A directory: every directory under it holding `events.out.tfevents.*` files is a run.
     dir: PathBuf,
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// The write token. Prefer `--token-file`: a command line is visible to every user of
-    /// the machine.
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// A file holding the write token (its first line, trimmed).
-    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    to: crate::Writing,
     #[arg(long, default_value = "tensorboard")]
     project: String,
     /// Keep following the directories (and new ones) as they grow, until Ctrl-C.
@@ -126,8 +111,8 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "tail".into())
     });
-    let mut options = Options::new(&args.hub, &args.project, &name);
-    options.token = crate::token(args.token.clone(), args.token_file.as_deref())?;
+    let mut options = Options::new(&args.to.hub, &args.project, &name);
+    options.token = args.to.token()?;
     options.run_id = Some(run_id.clone());
     options.config_json = config_json;
     let format = match args.format.as_str() {
@@ -146,7 +131,7 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
     ctrlc_flag(flag);
 
     // A tail that resumes must know what the hub has, or it would send those rows twice.
-    let Some(after_step) = hub_last_step(&collector, &args.hub, &stop, "tail")? else {
+    let Some(after_step) = hub_last_step(&collector, &args.to.hub, &stop, "tail")? else {
         return Ok(());
     };
     eprintln!(
@@ -310,7 +295,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     ctrlc_flag(stop.clone());
     let host = stepstream_collector::hostname();
-    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
+    let token = args.to.token()?;
     let mut runs: Vec<(RunDir, Collector)> = Vec::new();
     let mut failed = 0u64;
     let mut broken: Vec<String> = Vec::new();
@@ -327,13 +312,13 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
                     .map_or("tensorboard".into(), |n| n.to_string_lossy().into_owned()),
             };
             let run_id = run_id_for("tb", &dir, &host)?;
-            let mut options = Options::new(&args.hub, &args.project, &name);
+            let mut options = Options::new(&args.to.hub, &args.project, &name);
             options.token = token.clone();
             options.run_id = Some(run_id.clone());
             options.framework = "tensorboard import".into();
             options.ca_file = args.ca_file.clone();
             let collector = Collector::start(options)?;
-            let Some(after) = hub_last_step(&collector, &args.hub, &stop, "import")? else {
+            let Some(after) = hub_last_step(&collector, &args.to.hub, &stop, "import")? else {
                 return Ok(());
             };
             eprintln!(

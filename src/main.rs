@@ -307,6 +307,49 @@ pub(crate) fn token(
     Ok(token.filter(|t| !t.is_empty()))
 }
 
+/// The hub and a write token, as every command that writes takes them.
+#[derive(clap::Args)]
+pub(crate) struct Writing {
+    /// The hub (`ws://host:7070`, or as a browser names it, `http://host:7070`).
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    pub hub: String,
+    /// A write token (of the run's project where the hub scopes tokens; a read token may
+    /// not write). Prefer `--token-file`: a command line is visible to every user of the
+    /// machine.
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A file holding the write token (its first line, trimmed).
+    #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+}
+
+impl Writing {
+    pub fn token(&self) -> Result<Option<String>> {
+        token(self.token.clone(), self.token_file.as_deref())
+    }
+}
+
+/// The hub and a read token, as every command that reads takes them.
+#[derive(clap::Args)]
+pub(crate) struct Reading {
+    /// The hub (`ws://host:7070`, `wss://...`, or as a browser names it, `http://...`).
+    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
+    pub hub: String,
+    /// A read token. Prefer `--token-file`: a command line is visible to every user of the
+    /// machine.
+    #[arg(long, env = "STEPSTREAM_READ_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A file holding the read token (its first line, trimmed).
+    #[arg(long, env = "STEPSTREAM_READ_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+}
+
+impl Reading {
+    pub fn token(&self) -> Result<Option<String>> {
+        token(self.token.clone(), self.token_file.as_deref())
+    }
+}
+
 /// A positive, finite number of seconds (a year at most) as a duration.
 fn seconds(flag: &str, value: f64) -> Result<Duration> {
     if !(value > 0.0 && value <= 365.0 * 86_400.0) {

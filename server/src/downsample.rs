@@ -261,39 +261,33 @@ pub async fn window(
     }
     // A long range reads the packs' summaries, not their values.
     let wanted = Arc::new(HashSet::from([metric]));
-    if let Some(mut answer) = summarized(store, key, through_seq, (lo, hi), budget, wanted).await? {
-        let (total, (steps, values, times, downsampled)) = answer
+    let summarized = summarized(store, key, through_seq, (lo, hi), budget, wanted).await?;
+    let (total, (steps, values, times, downsampled)) = match summarized {
+        Some(mut answer) => answer
             .pop()
             .map(|(_, total, a)| (total, a))
-            .unwrap_or_default();
-        return Ok(Some(Window {
-            from: lo,
-            to: hi,
-            steps,
-            values,
-            times,
-            downsampled,
-            total,
-        }));
-    }
-    let (points, total) = store
-        .scan_steps(
-            key,
-            (lo, hi),
-            through_seq,
-            (Budgeted::new(budget, (lo, hi)), 0u64),
-            move |(points, total), _, records| {
-                for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
-                    if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
-                        points.push(r.step, v, r.wall_time);
-                        *total += 1;
-                    }
-                }
-                ControlFlow::Continue(())
-            },
-        )
-        .await?;
-    let (steps, values, times, downsampled) = points.finish();
+            .unwrap_or_default(),
+        None => {
+            let (points, total) = store
+                .scan_steps(
+                    key,
+                    (lo, hi),
+                    through_seq,
+                    (Budgeted::new(budget, (lo, hi)), 0u64),
+                    move |(points, total), _, records| {
+                        for r in records.iter().filter(|r| (lo..=hi).contains(&r.step)) {
+                            if let Some(&(_, v)) = r.values.iter().find(|(m, _)| *m == metric) {
+                                points.push(r.step, v, r.wall_time);
+                                *total += 1;
+                            }
+                        }
+                        ControlFlow::Continue(())
+                    },
+                )
+                .await?;
+            (total, points.finish())
+        }
+    };
     Ok(Some(Window {
         from: lo,
         to: hi,

@@ -22,15 +22,8 @@ pub struct WatchArgs {
     /// A run (its id or name: charted first, its project's runs listed) or a project (its runs
     /// listed); every run the token may read when absent.
     target: Option<String>,
-    /// The hub (`ws://host:7070`, `wss://...`, or as a browser names it, `http://...`).
-    #[arg(long, default_value = "ws://127.0.0.1:7070", env = "STEPSTREAM_HUB")]
-    hub: String,
-    /// A read token. Prefer `--token-file`: a command line is visible to every user of the
-    /// machine.
-    #[arg(long, env = "STEPSTREAM_READ_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    #[arg(long, env = "STEPSTREAM_READ_TOKEN_FILE", conflicts_with = "token")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    from: crate::Reading,
     /// A private CA's certificates (PEM) for a `wss://` hub.
     #[arg(long, env = "STEPSTREAM_CA_FILE")]
     ca_file: Option<PathBuf>,
@@ -43,8 +36,8 @@ pub struct WatchArgs {
 }
 
 pub fn watch(args: WatchArgs) -> Result<()> {
-    let token = crate::token(args.token.clone(), args.token_file.as_deref())?;
-    let url = link::viewer_url(&args.hub, token.as_deref())?;
+    let token = args.from.token()?;
+    let url = link::viewer_url(&args.from.hub, token.as_deref())?;
     let tls = if url.starts_with("wss://") {
         Some(
             stepstream_collector::tls_client_config(args.ca_file.as_deref())

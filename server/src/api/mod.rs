@@ -371,7 +371,27 @@ pub(super) fn attachment(name: &str) -> String {
     format!("attachment; filename=\"{name}\"")
 }
 
-/// A CSV download whose client takes nothing for this long is abandoned.
+/// A download of the bytes `rx` hands on as they come (an `Err` breaks it off, so a client
+/// never takes a cut file for a whole one), named `name`.
+pub(super) fn download(
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    content_type: &str,
+    name: &str,
+) -> Response {
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    (
+        [
+            (header::CONTENT_TYPE, content_type.to_string()),
+            (header::CONTENT_DISPOSITION, attachment(name)),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A download whose client takes nothing for this long is abandoned.
 pub(super) const EXPORT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The run as CSV: `step,timestamp,` then one column per metric; streamed from the store.
@@ -445,18 +465,8 @@ pub async fn export_csv(
             from = last;
         }
     });
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }));
     let name = format!("run_{}_metrics.csv", utc_stamp(started));
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-            (header::CONTENT_DISPOSITION, attachment(&name)),
-        ],
-        body,
-    )
-        .into_response())
+    Ok(download(rx, "text/csv; charset=utf-8", &name))
 }
 
 /// The run's alerts (fired and resolved), oldest first.

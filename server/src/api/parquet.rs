@@ -9,13 +9,12 @@
 //! Streamed a row group (65,536 steps) at a time: the hub holds one row group, whatever the
 //! run's length, and a client that stops reading holds no database connection.
 
-use super::{attachment, find, ApiError, EXPORT_STALL};
+use super::{download, find, ApiError, EXPORT_STALL};
 use crate::auth::Scope;
 use crate::state::AppState;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use parquet::basic::{
     Compression, LogicalType, Repetition, TimeUnit, TimestampType, Type as Physical,
 };
@@ -312,21 +311,8 @@ pub async fn export(
             from = last;
         }
     });
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }));
     let name = format!("run_{}_metrics.parquet", utc_stamp(identity.started_at));
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                "application/vnd.apache.parquet".to_string(),
-            ),
-            (header::CONTENT_DISPOSITION, attachment(&name)),
-        ],
-        body,
-    )
-        .into_response())
+    Ok(download(rx, "application/vnd.apache.parquet", &name))
 }
 
 #[cfg(test)]
