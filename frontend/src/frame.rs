@@ -150,6 +150,12 @@ pub fn frame(ctx: &Ctx) -> bool {
                 draw_chart(&canvas, spec, &scene, &store, o, style, fp);
                 let _ = canvas.set_attribute("data-draw-ms", &format!("{:.2}", now() - t));
             }
+            if scene.window.is_some() {
+                // Charts drawn for the first time in this frame (a page opened on a window,
+                // whose history came before its first frame) have a geometry only now: ask
+                // for their windows too (what was asked above is not asked again).
+                fetch_windows(&scene, &store, &specs);
+            }
             record_latency(&store);
         });
     }
