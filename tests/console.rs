@@ -753,3 +753,58 @@ fn samples_over_a_runs_or_the_hubs_quota_are_refused_by_name_and_nothing_else_is
     );
     assert_eq!(hub.json("/api/runs/quota-b")["records"], 8);
 }
+
+/// A batch resent after its acknowledgement was lost (a new connection of the same
+/// collector) is acknowledged with the samples the quota kept out of it the first time:
+/// the collector never counts them as stored.
+#[test]
+fn a_resent_batch_is_acknowledged_with_the_samples_its_first_storing_refused() {
+    let hub = Hub::start(&["--limit", "run_sample_bytes=2500"]);
+    let batch = Batch {
+        seq: 1,
+        records: vec![StepRecord {
+            step: 0,
+            wall_time: unix_now(),
+            values: vec![(MetricId(0), 1.0)],
+        }],
+        items: (0..3)
+            .map(|i| Item {
+                step: 0,
+                wall_time: unix_now(),
+                key: "gen".into(),
+                body: ItemBody::Text(format!("{i}{}", "x".repeat(999))),
+            })
+            .collect(),
+    };
+    // Two of the three 1,000-byte texts fit 2,500 bytes; the first sending and the resend
+    // are both told one was refused.
+    for attempt in 0..2 {
+        let mut c = RawCollector::connect(&hub);
+        c.send(hello("resent-quota", None));
+        assert!(
+            matches!(c.recv(), Some(FromHub::Welcome(_))),
+            "attempt {attempt}"
+        );
+        c.send(ToHub::DefineMetrics(DefineMetrics {
+            metrics: vec![MetricDef {
+                id: MetricId(0),
+                name: "loss".into(),
+            }],
+        }));
+        c.send(ToHub::Batch(batch.clone()));
+        let ack = loop {
+            match c.recv() {
+                Some(FromHub::Ack(a)) => break a,
+                Some(_) => continue,
+                None => panic!("attempt {attempt}: the hub closed the socket"),
+            }
+        };
+        assert_eq!(
+            (ack.through_seq, ack.items_refused),
+            (1, 1),
+            "attempt {attempt}"
+        );
+    }
+    let stored = hub.json("/api/runs/resent-quota/samples?key=gen&from_step=0");
+    assert_eq!(stored["samples"].as_array().unwrap().len(), 2);
+}

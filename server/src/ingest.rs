@@ -331,8 +331,9 @@ impl<'r> Pipeline<'r> {
     }
 
     /// Checks a batch and hands it to the store; `Some(seq)` when it is a duplicate to
-    /// acknowledge at once (nothing is in flight then), and why samples were kept out of it,
-    /// if some were (the rest is being stored: a non-fatal error for the collector).
+    /// acknowledge at once (nothing is in flight then; its samples the store does not hold
+    /// are counted to the acknowledgement), and why samples were kept out of it, if some
+    /// were (the rest is being stored: a non-fatal error for the collector).
     async fn submit(
         &mut self,
         hub: &Hub,
@@ -362,8 +363,9 @@ impl<'r> Pipeline<'r> {
                 self.in_flight.push_back(b);
                 Ok((None, refusal))
             }
-            Ok(Submitted::Duplicate) => {
+            Ok(Submitted::Duplicate { refused }) => {
                 self.release_if_idle();
+                self.unacked_refused += refused;
                 Ok((Some(seq), None))
             }
             Err(e) => {

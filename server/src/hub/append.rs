@@ -16,7 +16,7 @@ use crate::hub::judge::Job;
 use crate::store::{RunTail, StoreError, StoredBatch};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use stepstream_protocol::{unix_now, Batch, Item, MetricId, RunId, StepRecord};
+use stepstream_protocol::{unix_now, Batch, Item, ItemKind, MetricId, RunId, StepRecord};
 use tokio::sync::oneshot;
 
 /// Batches published when checked and then not stored are taken back from the run's
@@ -95,8 +95,9 @@ impl InFlight {
 
 /// What [`Hub::submit`] did with a batch.
 pub enum Submitted {
-    /// A resend of a stored batch, identical to it: acknowledge it again.
-    Duplicate,
+    /// A resend of a stored batch, identical to it: acknowledge it again, saying how many of
+    /// its samples the store does not hold (the quotas kept them out when it first came).
+    Duplicate { refused: u64 },
     /// Handed to the store: settle it with its answer.
     InFlight(InFlight),
 }
@@ -193,8 +194,8 @@ impl Hub {
             ))
         })?;
         let Some(tail) = tail else {
-            self.resent(run, batch.seq, &batch.records, &run_id).await?;
-            return Ok(Submitted::Duplicate);
+            let refused = self.resent(run, &batch, &run_id).await?;
+            return Ok(Submitted::Duplicate { refused });
         };
         self.pace.count(batch.records.len());
         let mut batch = batch;
@@ -337,7 +338,10 @@ impl Hub {
             self.unreserve(run, samples);
             // Another hub of a cluster stored this sequence number first (this hub's view
             // of the run was behind): judge it as the resend it is.
-            let resent = self.resent(run, seq, &records, &run_id).await;
+            let resent = self
+                .same_as_stored(run, seq, &records, &run_id)
+                .await
+                .map(|()| Appended::Duplicate);
             if resent.is_err() {
                 take_back(run, &run_id);
             }
@@ -373,7 +377,7 @@ impl Hub {
     pub async fn append(&self, run: &Arc<Run>, batch: Batch) -> Result<Appended, IngestError> {
         let _guard = run.ingest.lock().await;
         match self.submit(run, None, batch).await? {
-            Submitted::Duplicate => Ok(Appended::Duplicate),
+            Submitted::Duplicate { .. } => Ok(Appended::Duplicate),
             Submitted::InFlight(mut batch) => {
                 let answer = batch.answer().await;
                 self.settle(run, batch, answer).await
@@ -381,20 +385,47 @@ impl Hub {
         }
     }
 
+    /// Answers how many of the resend's samples the store does not hold: the quotas kept
+    /// them out when the batch first came, and an acknowledgement must not count them as
+    /// stored the second time either.
+    async fn resent(&self, run: &Run, batch: &Batch, run_id: &RunId) -> Result<u64, IngestError> {
+        let seq = batch.seq;
+        self.same_as_stored(run, seq, &batch.records, run_id)
+            .await?;
+        let is_sample = |kind: ItemKind| kind != ItemKind::Line;
+        let sent = batch.items.iter().filter(|i| is_sample(i.kind())).count() as u64;
+        if sent == 0 {
+            return Ok(0);
+        }
+        let kept = self
+            .store
+            .items(
+                run.key,
+                crate::store::ItemQuery::batches(seq - 1, seq),
+                0u64,
+                move |n, item| {
+                    *n += u64::from(is_sample(item.kind));
+                    std::ops::ControlFlow::Continue(())
+                },
+            )
+            .await?;
+        Ok(sent.saturating_sub(kept))
+    }
+
     /// A batch whose sequence number is already stored: a resend must be what was stored;
     /// anything else is a second writer (or a collector that renumbered wrongly), and
     /// acknowledging it would lose its data.
-    async fn resent(
+    async fn same_as_stored(
         &self,
         run: &Run,
         seq: u64,
         records: &[StepRecord],
         run_id: &RunId,
-    ) -> Result<Appended, IngestError> {
+    ) -> Result<(), IngestError> {
         let stored = self.store.batch(run.key, seq).await?;
         if stored.as_deref().is_some_and(|s| same_records(s, records)) {
             tracing::debug!(run = %run_id, seq, "duplicate batch ignored");
-            return Ok(Appended::Duplicate);
+            return Ok(());
         }
         tracing::warn!(run = %run_id, seq, "a resent batch differs from the stored one");
         Err(IngestError::Conflict(format!(

@@ -281,7 +281,7 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
                 base = b.tail().clone();
                 in_flight.push(b);
             }
-            Submitted::Duplicate => panic!("batch {seq} is new"),
+            Submitted::Duplicate { .. } => panic!("batch {seq} is new"),
         }
     }
     // Nothing settled yet: the run's tail has not moved, but its viewers saw each batch
@@ -316,7 +316,7 @@ async fn batches_in_flight_settle_in_order_as_one_at_a_time_would() {
         hub.submit(&run, Some(&tail), batch(3, vec![(MetricId(0), 3.0)]))
             .await
             .unwrap(),
-        Submitted::Duplicate
+        Submitted::Duplicate { refused: 0 }
     ));
 }
 
