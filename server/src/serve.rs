@@ -114,14 +114,13 @@ pub async fn start(
     })?;
     tracing::info!(store = %where_, runs = runs.len(), "database open");
     // Ended runs' batches stored before packs existed, or left short of a pack by a hub that
-    // stopped: packed in the background, a few packs per transaction; then every run's packs
-    // made before summaries existed get theirs.
+    // stopped: packed in the background, a few packs per transaction; then the packs made
+    // before summaries existed get theirs.
     store.pack_in_background(
         runs.iter()
             .filter(|r| r.status.is_terminal())
             .map(|r| r.key)
             .collect(),
-        runs.iter().map(|r| r.key).collect(),
     );
     let hub = Hub::new(
         store,

@@ -96,11 +96,12 @@ pub(super) enum Command {
         key: RunKey,
         reply: oneshot::Sender<Result<bool>>,
     },
-    /// Summarises (`store::summary`) a few of the run's packs that have no summaries (made
-    /// by a version before them); answers whether more may be left.
+    /// Summarises (`store::summary`) a few packs that have no summaries (made by a version
+    /// before them), of any run, in order of run and sequence number after `after`; answers
+    /// where the next command goes on from (`None`: none is left).
     Summarize {
-        key: RunKey,
-        reply: oneshot::Sender<Result<bool>>,
+        after: (RunKey, u64),
+        reply: oneshot::Sender<Result<Option<(RunKey, u64)>>>,
     },
     /// Deletes a run that ended, with everything stored of it; answered with whether it
     /// was there. Refused ([`Applied::Refused`]) while it is running or stale, or while a
@@ -130,6 +131,8 @@ pub(super) enum Applied {
     Inserted(bool),
     /// Refused without failing the transaction (another live writer holds the run).
     Refused(String),
+    /// Where a command that walks the store goes on from (`None`: it is done).
+    Cursor(Option<(RunKey, u64)>),
 }
 
 /// One storage engine's write side: a transaction, and one command applied inside it.
@@ -357,10 +360,14 @@ fn answer(cmd: Command, outcome: Result<Applied>) {
                 _ => unreachable!("a rule's insert yields its id"),
             }));
         }
-        Command::DeleteRule { reply, .. }
-        | Command::Pack { reply, .. }
-        | Command::Summarize { reply, .. } => {
+        Command::DeleteRule { reply, .. } | Command::Pack { reply, .. } => {
             let _ = reply.send(outcome.map(|a| matches!(a, Applied::Inserted(true))));
+        }
+        Command::Summarize { reply, .. } => {
+            let _ = reply.send(outcome.map(|a| match a {
+                Applied::Cursor(next) => next,
+                _ => unreachable!("summarising yields where it goes on"),
+            }));
         }
         Command::DeleteRun { reply, .. } => {
             let _ = reply.send(outcome.and_then(|a| match a {

@@ -369,8 +369,9 @@ impl Store {
     }
 
     /// Packs these runs' batches on a task of its own, one command after another; then
-    /// summarises the packs of `all` that have none (made before summaries existed).
-    pub fn pack_in_background(&self, keys: Vec<RunKey>, all: Vec<RunKey>) {
+    /// summarises the store's packs that have none (made before summaries existed), in one
+    /// walk over them.
+    pub fn pack_in_background(&self, keys: Vec<RunKey>) {
         let store = self.clone();
         tokio::spawn(async move {
             for key in keys {
@@ -385,25 +386,23 @@ impl Store {
                     }
                 }
             }
-            for key in all {
-                loop {
-                    match store.summarize(key).await {
-                        Ok(true) => continue,
-                        Ok(false) => break,
-                        Err(e) => {
-                            tracing::warn!(run_key = key, error = %e, "summarising a run's packs failed");
-                            break;
-                        }
+            let mut after = Some((0, 0));
+            while let Some(at) = after {
+                after = match store.summarize(at).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "summarising packs made before summaries failed");
+                        None
                     }
-                }
+                };
             }
         });
     }
 
-    /// Summarises up to `summary::SUMMARIZE_PER_COMMAND` of the run's packs that have no
-    /// summaries; answers whether more may be left.
-    pub async fn summarize(&self, key: RunKey) -> Result<bool> {
-        self.call(|reply| Command::Summarize { key, reply }).await
+    /// Summarises up to `summary::SUMMARIZE_PER_COMMAND` packs without summaries after
+    /// `after` (run key, sequence number); answers where to go on from, `None` when done.
+    pub async fn summarize(&self, after: (RunKey, u64)) -> Result<Option<(RunKey, u64)>> {
+        self.call(|reply| Command::Summarize { after, reply }).await
     }
 
     pub async fn define_metrics(&self, key: RunKey, metrics: Vec<MetricDef>) -> Result<()> {

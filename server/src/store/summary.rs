@@ -26,6 +26,12 @@ pub type Widths = [Vec<u8>; 2];
 /// whole), so that a database from before summaries never holds the writer for long.
 pub const SUMMARIZE_PER_COMMAND: usize = 16;
 
+/// Where a walk over packs without summaries goes on from after a command that summarised
+/// `done` of them, the last at `last`: `None` once a command found fewer than it may take.
+pub(super) fn next_after(last: Option<(i64, u64)>, done: usize) -> Option<(i64, u64)> {
+    last.filter(|_| done == SUMMARIZE_PER_COMMAND)
+}
+
 /// The summaries of a stored pack, from its blob: its step range and one blob per width.
 /// `None` when the blob is not a pack, is damaged, or holds no step.
 pub(super) fn of_pack(blob: &[u8]) -> Option<((i64, i64), Widths)> {
@@ -34,7 +40,9 @@ pub(super) fn of_pack(blob: &[u8]) -> Option<((i64, i64), Widths)> {
     Some((range, summarize(&pack.records)))
 }
 
-/// One metric's summary in one pack.
+/// One metric's summary in one pack, decoded whole (the tests' view; reads go through
+/// [`Summary`]).
+#[cfg(test)]
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetricSummary {
     pub metric: MetricId,
@@ -248,6 +256,7 @@ impl<'a> Summary<'a> {
 }
 
 /// A summary's metrics; `None` when the bytes are not one.
+#[cfg(test)]
 pub fn decode(blob: &[u8]) -> Option<Vec<MetricSummary>> {
     Some(
         Summary::parse(blob)?

@@ -243,17 +243,26 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
-        Command::Summarize { key, .. } => {
+        Command::Summarize { after, .. } => {
+            // Walked by the primary key from the cursor, as SQLite's.
             let packs = tx.query(
-                "SELECT seq, seq_end, data FROM batches b WHERE run_key = $1 AND seq_end IS NOT \
-                 NULL AND lo_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM summaries s WHERE \
-                 s.run_key = b.run_key AND s.width = $2 AND s.seq = b.seq) ORDER BY seq LIMIT $3",
-                &[key, &WIDTHS[0], &(SUMMARIZE_PER_COMMAND as i64)],
+                "SELECT run_key, seq, seq_end, data FROM batches b WHERE (run_key, seq) > \
+                 ($1, $2) AND seq_end IS NOT NULL AND lo_step IS NOT NULL AND NOT EXISTS \
+                 (SELECT 1 FROM summaries s WHERE s.run_key = b.run_key AND s.width = $3 AND \
+                 s.seq = b.seq) ORDER BY run_key, seq LIMIT $4",
+                &[
+                    &after.0,
+                    &(after.1 as i64),
+                    &WIDTHS[0],
+                    &(SUMMARIZE_PER_COMMAND as i64),
+                ],
             )?;
+            let mut last = None;
             for row in &packs {
-                let (seq, seq_end, blob): (i64, i64, &[u8]) = (row.get(0), row.get(1), row.get(2));
+                let (key, seq, seq_end, blob): (RunKey, i64, i64, &[u8]) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
                 let ((lo, hi), data) = summary::of_pack(blob).ok_or(StoreError::Corrupt {
-                    run_key: *key,
+                    run_key: key,
                     seq: seq as u64,
                 })?;
                 for (width, data) in WIDTHS.into_iter().zip(data) {
@@ -261,11 +270,12 @@ fn apply(tx: &mut postgres::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                         "INSERT INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
                          data) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (run_key, width, \
                          seq) DO NOTHING",
-                        &[key, &width, &seq, &seq_end, &lo, &hi, &data],
+                        &[&key, &width, &seq, &seq_end, &lo, &hi, &data],
                     )?;
                 }
+                last = Some((key, seq as u64));
             }
-            Ok(Applied::Inserted(packs.len() == SUMMARIZE_PER_COMMAND))
+            Ok(Applied::Cursor(summary::next_after(last, packs.len())))
         }
         Command::DeleteRun { key, .. } => {
             // The run's row locked first: a hello through another hub (which sets it

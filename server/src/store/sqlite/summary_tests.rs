@@ -217,7 +217,9 @@ async fn summaries_give_the_m4_of_the_raw_points_at_every_width() {
         .unwrap();
     assert_eq!(answer(got), want);
     let mut commands = 0;
-    while store.summarize(key).await.unwrap() {
+    let mut after = Some((0, 0));
+    while let Some(at) = after {
+        after = store.summarize(at).await.unwrap();
         commands += 1;
     }
     assert_eq!(count(&conn), before);

@@ -200,23 +200,31 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             true,
             PACKS_PER_COMMAND,
         )?)),
-        Command::Summarize { key, .. } => {
-            let packs: Vec<(i64, i64, Vec<u8>)> = tx
+        Command::Summarize { after, .. } => {
+            // Walked by the primary key from the cursor: every pack is looked at once over
+            // all the commands, and only the blobs of those summarised are read.
+            let packs: Vec<(RunKey, i64, i64, Vec<u8>)> = tx
                 .prepare_cached(
-                    "SELECT seq, seq_end, data FROM batches b WHERE run_key = ?1 AND seq_end \
-                     IS NOT NULL AND lo_step IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \
-                     summaries s WHERE s.run_key = b.run_key AND s.width = ?2 AND s.seq = b.seq) \
-                     ORDER BY seq LIMIT ?3",
+                    "SELECT run_key, seq, seq_end, data FROM batches b WHERE (run_key, seq) > \
+                     (?1, ?2) AND seq_end IS NOT NULL AND lo_step IS NOT NULL AND NOT EXISTS \
+                     (SELECT 1 FROM summaries s WHERE s.run_key = b.run_key AND s.width = ?3 \
+                     AND s.seq = b.seq) ORDER BY run_key, seq LIMIT ?4",
                 )?
-                .query_map(params![key, WIDTHS[0], SUMMARIZE_PER_COMMAND as i64], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?
+                .query_map(
+                    params![
+                        after.0,
+                        after.1 as i64,
+                        WIDTHS[0],
+                        SUMMARIZE_PER_COMMAND as i64
+                    ],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )?
                 .collect::<rusqlite::Result<_>>()?;
             let mut insert = tx.prepare_cached(
                 "INSERT OR REPLACE INTO summaries (run_key, width, seq, seq_end, lo_step, hi_step, \
                  data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
-            for (seq, seq_end, blob) in &packs {
+            for (key, seq, seq_end, blob) in &packs {
                 let ((lo, hi), data) = summary::of_pack(blob).ok_or(StoreError::Corrupt {
                     run_key: *key,
                     seq: *seq as u64,
@@ -225,7 +233,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
                     insert.execute(params![key, width, seq, seq_end, lo, hi, data])?;
                 }
             }
-            Ok(Applied::Inserted(packs.len() == SUMMARIZE_PER_COMMAND))
+            Ok(Applied::Cursor(summary::next_after(
+                packs.last().map(|p| (p.0, p.1 as u64)),
+                packs.len(),
+            )))
         }
         Command::DeleteRun { key, .. } => {
             let found: Option<(String, String)> = tx
