@@ -321,7 +321,16 @@ fn three_hubs_share_postgres_and_nats_and_survive_losing_one() {
     assert_eq!(seen.duplicates("lr"), Vec::<i64>::new());
     assert!(viewer.errors.is_empty(), "{:?}", viewer.errors);
 
-    // Hub C, which no collector used, serves the whole run from the shared store.
+    // Hub C, which no collector used, serves the whole run from the shared store, once it
+    // has heard of the run's last batch (it learns of batches through NATS, after B).
+    wait_for(
+        "hub C to know the whole run",
+        Duration::from_secs(30),
+        || {
+            let step = c.run_json(run_id.as_str())?["last_step"].as_i64()?;
+            (step == STEPS - 1).then_some(())
+        },
+    );
     let csv = c.get(&format!("/api/runs/{run_id}/metrics.csv"));
     let (_, rows) = parse_csv(&csv.text());
     let steps: Vec<i64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
