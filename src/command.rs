@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use stepstream_protocol::{CommandState, FromViewer, RunId, Subscribe, ToViewer};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::api::Failure;
+
 #[derive(clap::Args)]
 pub struct Target {
     /// The run's id.
@@ -64,23 +66,6 @@ pub fn note(args: NoteArgs) -> Result<()> {
     )
 }
 
-/// The hub as the other commands name it (`ws://...`) or as a browser does (`http://...`),
-/// for HTTP.
-pub(crate) fn http_base(hub: &str) -> String {
-    hub.trim_end_matches('/')
-        .replacen("ws://", "http://", 1)
-        .replacen("wss://", "https://", 1)
-}
-
-/// What a refusal says: its JSON `error`, or its text.
-pub(crate) fn why(r: ureq::Response) -> String {
-    let text = r.into_string().unwrap_or_default();
-    serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or(text)
-}
-
 fn who_asks(by: &Option<String>) -> String {
     by.clone().unwrap_or_else(|| {
         let user = std::env::var("USER").unwrap_or_else(|_| "someone".into());
@@ -103,23 +88,19 @@ pub struct DeleteArgs {
 /// `stepstream delete RUN...`: deletes runs that ended (`DELETE /api/runs/{id}`), each said
 /// as it goes; non-zero when any was refused or not found.
 pub fn delete(args: DeleteArgs) -> Result<()> {
-    let token = args.to.token()?;
-    let base = http_base(&args.to.hub);
+    let api = args.to.api()?;
     let by = who_asks(&args.by);
     let mut failed = 0;
     for run in &args.runs {
         let run = RunId::new(run.clone()).map_err(anyhow::Error::msg)?;
-        let mut req = ureq::delete(&format!("{base}/api/runs/{run}")).query("by", &by);
-        if let Some(token) = &token {
-            req = req.set("Authorization", &format!("Bearer {token}"));
-        }
-        match req.call() {
+        let req = api.request("DELETE", &format!("/api/runs/{run}"));
+        match req.query("by", &by).call().map_err(|e| api.failed(e)) {
             Ok(_) => println!("run {run} deleted"),
-            Err(ureq::Error::Status(code, r)) => {
-                eprintln!("run {run} not deleted ({code}): {}", why(r));
+            Err(Failure::Refused(code, why)) => {
+                eprintln!("run {run} not deleted ({code}): {why}");
                 failed += 1;
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+            Err(Failure::Unreachable(e)) => return Err(e),
         }
     }
     if failed > 0 {
@@ -129,28 +110,23 @@ pub fn delete(args: DeleteArgs) -> Result<()> {
 }
 
 fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
+    let api = t.to.api()?;
     let token = t.to.token()?;
     let run = RunId::new(t.run.clone()).map_err(anyhow::Error::msg)?;
     let by = who_asks(&t.by);
     body["reason"] = t.reason.clone().into();
     body["by"] = by.into();
     body["job"] = t.job.into();
-    let hub = http_base(&t.to.hub);
-    let base = hub.as_str();
-    let url = format!("{base}/api/runs/{run}/commands");
-    let mut req = ureq::post(&url);
-    if let Some(token) = &token {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
+    let req = api.request("POST", &format!("/api/runs/{run}/commands"));
     let started = Instant::now();
-    req = req.set("Content-Type", "application/json");
-    let answer: serde_json::Value = match req.send_string(&body.to_string()) {
-        Ok(r) => serde_json::from_str(&r.into_string().context("reading the hub's answer")?)
-            .context("the hub's answer is not JSON")?,
-        Err(ureq::Error::Status(code, r)) => {
-            bail!("the hub refused the command ({code}): {}", why(r));
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+    let req = req.set("Content-Type", "application/json");
+    let answer = match req
+        .send_string(&body.to_string())
+        .map_err(|e| api.failed(e))
+    {
+        Ok(r) => crate::api::json(r, "the hub's answer")?,
+        Err(Failure::Refused(code, why)) => bail!("the hub refused the command ({code}): {why}"),
+        Err(Failure::Unreachable(e)) => return Err(e),
     };
     let queued: Vec<(String, u64)> = answer["commands"]
         .as_array()
@@ -169,7 +145,7 @@ fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
         .build()?;
     let waited = Duration::from_secs_f64(t.wait);
     let outcome = rt.block_on(async {
-        tokio::time::timeout(waited, wait_for(base, token.as_deref(), &queued, stop)).await
+        tokio::time::timeout(waited, wait_for(&api, token.as_deref(), &queued, stop)).await
     });
     match outcome {
         Err(_) => bail!("the training did not answer within {} s", t.wait),
@@ -184,12 +160,13 @@ fn send(t: &Target, mut body: serde_json::Value, stop: bool) -> Result<()> {
 /// Waits on the viewer socket until every queued command is final (and, for a stop, its run
 /// ended); an error for a command declined or expired.
 async fn wait_for(
-    base: &str,
+    api: &crate::api::Api,
     token: Option<&str>,
     queued: &[(String, u64)],
     stop: bool,
 ) -> Result<()> {
-    let ws = base
+    let ws = api
+        .base
         .replacen("http://", "ws://", 1)
         .replacen("https://", "wss://", 1);
     let mut url = format!("{ws}/ws/viewer");
@@ -197,9 +174,11 @@ async fn wait_for(
         url.push_str("?token=");
         url.extend(form_urlencoded_byte(t));
     }
-    let (mut socket, _) = tokio_tungstenite::connect_async(&url)
-        .await
-        .with_context(|| format!("cannot open the viewer socket at {ws}"))?;
+    let tls = tokio_tungstenite::Connector::Rustls(api.tls.clone());
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async_tls_with_config(&url, None, false, Some(tls))
+            .await
+            .with_context(|| format!("cannot open the viewer socket at {ws}"))?;
     let runs: Vec<RunId> = queued
         .iter()
         .filter_map(|(r, _)| RunId::new(r.clone()).ok())

@@ -8,6 +8,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use stepstream_protocol::RunId;
 
+use crate::api::Failure;
+
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// The ids of the runs to export.
@@ -26,26 +28,16 @@ pub struct ExportArgs {
 }
 
 pub fn export(args: ExportArgs) -> Result<()> {
-    let token = args.from.token()?;
-    let base = crate::command::http_base(&args.from.hub);
-    let get = |path: &str| {
-        let mut req = ureq::get(&format!("{base}{path}"));
-        if let Some(t) = &token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        req.call().map_err(Box::new)
-    };
+    let api = args.from.api()?;
+    let get = |path: &str| api.request("GET", path).call().map_err(|e| api.failed(e));
     let mut runs: Vec<String> = args.runs.clone();
     if !args.project.is_empty() {
-        let listed: serde_json::Value = match get("/api/runs").map_err(|e| *e) {
-            Ok(r) => serde_json::from_reader(r.into_reader()).context("the run list")?,
-            Err(ureq::Error::Status(code, r)) => {
-                bail!(
-                    "the hub refused the run list ({code}): {}",
-                    crate::command::why(r)
-                )
+        let listed = match get("/api/runs") {
+            Ok(r) => crate::api::json(r, "the run list")?,
+            Err(Failure::Refused(code, why)) => {
+                bail!("the hub refused the run list ({code}): {why}")
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+            Err(Failure::Unreachable(e)) => return Err(e),
         };
         for r in listed["runs"].as_array().into_iter().flatten() {
             let in_project = r["project"]
@@ -67,19 +59,16 @@ pub fn export(args: ExportArgs) -> Result<()> {
     for run in &runs {
         let run = RunId::new(run.clone()).map_err(anyhow::Error::msg)?;
         let path = args.out.join(format!("{run}.{}", args.format));
-        match get(&format!("/api/runs/{run}/metrics.{}", args.format)).map_err(|e| *e) {
+        match get(&format!("/api/runs/{run}/metrics.{}", args.format)) {
             Ok(r) => {
                 let bytes = save(r, &path)?;
                 println!("run {run}: {} ({bytes} bytes)", path.display());
             }
-            Err(ureq::Error::Status(code, r)) => {
-                eprintln!(
-                    "run {run} not exported ({code}): {}",
-                    crate::command::why(r)
-                );
+            Err(Failure::Refused(code, why)) => {
+                eprintln!("run {run} not exported ({code}): {why}");
                 failed += 1;
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot reach the hub at {base}")),
+            Err(Failure::Unreachable(e)) => return Err(e),
         }
     }
     if failed > 0 {

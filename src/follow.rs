@@ -39,9 +39,6 @@ pub struct TailArgs {
     /// How often to look for new lines, in milliseconds.
     #[arg(long, default_value_t = 200)]
     poll_ms: u64,
-    /// For a `wss://` hub with a private CA: its PEM certificate(s).
-    #[arg(long, env = "STEPSTREAM_CA_FILE")]
-    ca_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -58,9 +55,6 @@ pub struct ImportArgs {
     /// How often to look for new events while following, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     poll_ms: u64,
-    /// For a `wss://` hub with a private CA: its PEM certificate(s).
-    #[arg(long, env = "STEPSTREAM_CA_FILE")]
-    ca_file: Option<PathBuf>,
 }
 
 /// A run id (`KIND-STEM-HASH`) from the host and the absolute path, so the same file or
@@ -123,7 +117,7 @@ pub fn tail_file(args: TailArgs) -> Result<()> {
         tail::Format::MindFormers => "mindformers (log tail)".into(),
         tail::Format::Csv => "csv tail".into(),
     };
-    options.ca_file = args.ca_file.clone();
+    options.ca_file = args.to.ca_file.clone();
     let collector = Collector::start(options)?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -316,7 +310,7 @@ pub fn import_dir(args: ImportArgs) -> Result<()> {
             options.token = token.clone();
             options.run_id = Some(run_id.clone());
             options.framework = "tensorboard import".into();
-            options.ca_file = args.ca_file.clone();
+            options.ca_file = args.to.ca_file.clone();
             let collector = Collector::start(options)?;
             let Some(after) = hub_last_step(&collector, &args.to.hub, &stop, "import")? else {
                 return Ok(());

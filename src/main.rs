@@ -1,6 +1,7 @@
 //! `stepstream`: the hub (`serve`), the CSV follower (`tail`), the live demo (`demo`), and
 //! commands for a running training (`stop`, `checkpoint`, `note`).
 
+mod api;
 mod command;
 mod demo;
 mod export;
@@ -321,11 +322,18 @@ pub(crate) struct Writing {
     /// A file holding the write token (its first line, trimmed).
     #[arg(long, env = "STEPSTREAM_WRITE_TOKEN_FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
+    /// For a `wss://` or `https://` hub with a private CA: its PEM certificate(s).
+    #[arg(long, env = "STEPSTREAM_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Writing {
     pub fn token(&self) -> Result<Option<String>> {
         token(self.token.clone(), self.token_file.as_deref())
+    }
+
+    pub fn api(&self) -> Result<api::Api> {
+        api::Api::new(&self.hub, self.token()?, self.ca_file.as_deref())
     }
 }
 
@@ -342,11 +350,18 @@ pub(crate) struct Reading {
     /// A file holding the read token (its first line, trimmed).
     #[arg(long, env = "STEPSTREAM_READ_TOKEN_FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
+    /// For a `wss://` or `https://` hub with a private CA: its PEM certificate(s).
+    #[arg(long, env = "STEPSTREAM_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Reading {
     pub fn token(&self) -> Result<Option<String>> {
         token(self.token.clone(), self.token_file.as_deref())
+    }
+
+    pub fn api(&self) -> Result<api::Api> {
+        api::Api::new(&self.hub, self.token()?, self.ca_file.as_deref())
     }
 }
 

@@ -151,3 +151,84 @@ fn wss_with_a_private_ca_and_a_certificate_renewed_without_a_restart() {
         "nothing lost: {runs}"
     );
 }
+
+/// The commands that call the hub's HTTP API (`export`, `delete`; `stop`, `checkpoint` and
+/// `note` share their client) reach an HTTPS hub whose certificate a private CA signed when
+/// given `--ca-file`, and refuse it without.
+#[test]
+fn the_api_commands_trust_a_private_ca_given_with_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = pki(dir.path());
+    let hub = Hub::start(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let mut o = Options::new(&format!("wss://127.0.0.1:{}", hub.port), "tls", "exported");
+    o.ca_file = Some(ca.clone());
+    o.run_id = Some(stepstream_protocol::RunId::new("tls-exported").unwrap());
+    let run = Collector::start(o).unwrap();
+    for step in 0..100 {
+        run.log(step, &[("loss", 1.0 / (1.0 + step as f64))]);
+    }
+    assert!(run.finish(Outcome::Finished).delivered);
+    let hub_url = format!("https://127.0.0.1:{}", hub.port);
+    let out = dir.path().join("out");
+    let export = |ca_file: Option<&Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "export",
+            "tls-exported",
+            "--format",
+            "csv",
+            "--hub",
+            &hub_url,
+        ])
+        .arg("--out")
+        .arg(&out)
+        .env_remove("STEPSTREAM_CA_FILE");
+        if let Some(ca) = ca_file {
+            cmd.arg("--ca-file").arg(ca);
+        }
+        cmd.output().unwrap()
+    };
+    let refused = export(None);
+    assert!(!refused.status.success(), "an unknown CA is not trusted");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("cannot reach the hub"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let done = export(Some(&ca));
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let csv = std::fs::read_to_string(out.join("tls-exported.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 101, "a header and every step");
+
+    let delete = |ca_file: Option<&Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["delete", "tls-exported", "--hub", &hub_url])
+            .env_remove("STEPSTREAM_CA_FILE");
+        if let Some(ca) = ca_file {
+            cmd.arg("--ca-file").arg(ca);
+        }
+        cmd.output().unwrap()
+    };
+    assert!(!delete(None).status.success());
+    assert!(curl(&hub, &ca, "/api/runs")
+        .unwrap()
+        .contains("tls-exported"));
+    let deleted = delete(Some(&ca));
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    assert!(!curl(&hub, &ca, "/api/runs")
+        .unwrap()
+        .contains("tls-exported"));
+}

@@ -2,17 +2,32 @@
 
     python python/bench/bench_mindspore_callback.py [HUB] [STEPS] [ROUNDS]
     python python/bench/bench_mindspore_callback.py [HUB] --overhead
+    python python/bench/bench_mindspore_callback.py [HUB] [STEPS] [ROUNDS] --blocks
 
 A 3-layer MLP on CPU in graph mode, warmup + cosine ``LearningRateSchedule``, trained with
-``Model.train`` in five configurations, interleaved round by round so each sees the same
+``Model.train`` in seven configurations, interleaved round by round so each sees the same
 machine noise: no callback; an empty callback; the reference design's callback (loss
 ``asnumpy``, the schedule read for the step, a CSV row flushed every 10); ours on a plain
 ``Model(net, loss, opt)`` (the lr from the schedule, evaluated in chunks); and with
-``TrainOneStepWithGradNorm`` (loss, grad norm and lr from the graph) without and with ours.
-Prints the median ms per step of each, its cost over no callback on the same graph, and the
-time spent inside the callback's step hooks (measured around them: the steadier number on a
-noisy machine, where step-time medians move by a few tenths of a millisecond). `--overhead`
-times the hooks alone, on outputs already on the host: what the callback itself costs.
+``TrainOneStepWithGradNorm`` (loss, grad norm and lr from the graph): no callback, an empty
+callback, ours.
+
+A step's cost is the steady state: the time from step ``WARM`` to the last step's end over
+the steps between (a clock callback placed last), so a run's start (the hub's hello) and its
+end (``finish`` waiting for the hub's acknowledgements, printed apart) are not spread over
+its steps. Prints per configuration the median over rounds, the cost over the empty callback
+on the same graph as the median of the per-round differences (each round's two runs are
+minutes apart at most) with its standard error, and the time spent inside the callback's
+step hooks (measured around them). `--overhead` times the hooks alone, on outputs already
+on the host: what the callback itself costs.
+
+Separate runs differ by more than the callback costs (each compiles its own graph and lays
+out its own memory: medians of one configuration move by 0.1-0.3 ms between runs on a 2-core
+machine). `--blocks` (also printed after the table) measures the train-cell path without
+that: one training run per round, our callback switched on and off every ``BLOCK`` steps
+(off: an empty callback), each "on" block compared with the mean of the "off" blocks on
+either side of it; the median of those differences over every block of every round, with
+its standard error.
 """
 
 import csv
@@ -40,6 +55,7 @@ HUB = ARGS[0] if ARGS else "ws://127.0.0.1:7070"
 STEPS = int(ARGS[1]) if len(ARGS) > 1 else 1500
 ROUNDS = int(ARGS[2]) if len(ARGS) > 2 else 5
 PEAK, WARMUP = 0.05, 100
+WARM = min(100, STEPS // 4)
 
 
 class Empty(Callback):
@@ -84,6 +100,19 @@ def model(with_cell: bool):
 
 
 SELF_TIME = {}
+ENDS = {}
+
+
+class Clock(Callback):
+    """Placed last: when step ``WARM`` and the last step ended."""
+
+    def __init__(self):
+        self.at = {}
+
+    def on_train_step_end(self, run_context):
+        n = run_context.original_args().cur_step_num
+        if n in (WARM, STEPS):
+            self.at[n] = time.perf_counter()
 
 
 def self_timed(cb, name):
@@ -97,31 +126,97 @@ def self_timed(cb, name):
             SELF_TIME.setdefault(name, []).append(time.perf_counter() - t)
 
         setattr(cb, hook, wrapped)
+    end = cb.on_train_end
+
+    def ended(run_context, end=end):
+        t = time.perf_counter()
+        end(run_context)
+        ENDS.setdefault(name, []).append(time.perf_counter() - t)
+
+    cb.on_train_end = ended
     return cb
 
 
 def timed(name, tmp):
     data = dataset(STEPS)
-    if name.endswith("(train cell)"):
-        m = model(True)
-    else:
-        m = model(False)
+    m = model(name.endswith("(train cell)"))
     callbacks = {
         "no callback": [],
         "no callback (train cell)": [],
         "empty callback": [Empty()],
+        "empty callback (train cell)": [Empty()],
         "reference design": [Reference(os.path.join(tmp, "ref.csv"))],
         "ours (Model(net, loss, opt))": [StepStreamCallback(hub=HUB, project="bench", name="ms-callback",
                                                             archive_dir=tmp, system_metrics=False)],
         "ours (train cell)": [StepStreamCallback(hub=HUB, project="bench", name="ms-callback-cell",
                                                  archive_dir=tmp, system_metrics=False)],
     }[name]
-    callbacks = [self_timed(cb, name) for cb in callbacks]
+    clock = Clock()
+    callbacks = [self_timed(cb, name) for cb in callbacks] + [clock]
     # Compile outside the timing: one short epoch first.
     m.train(1, dataset(20), callbacks=[], dataset_sink_mode=False)
-    t0 = time.perf_counter()
     m.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
-    return (time.perf_counter() - t0) / STEPS * 1000
+    return (clock.at[STEPS] - clock.at[WARM]) / (STEPS - WARM) * 1000
+
+
+BLOCK = 100
+
+
+def blocks():
+    """Our callback on the train-cell path, on and off in alternate blocks of one run."""
+
+    class Switched(Callback):
+        """Ours on odd blocks; an empty callback on even ones."""
+
+        def __init__(self, ours):
+            self.ours = ours
+
+        def on_train_begin(self, run_context):
+            self.ours.on_train_begin(run_context)
+
+        def on_train_end(self, run_context):
+            self.ours.on_train_end(run_context)
+
+        def _on(self, run_context):
+            # The step about to run (begin) or that ran (end) is in an "on" block.
+            return (run_context.original_args().cur_step_num - 1) // BLOCK % 2 == 1
+
+        def on_train_step_begin(self, run_context):
+            if self._on(run_context):
+                self.ours.on_train_step_begin(run_context)
+
+        def on_train_step_end(self, run_context):
+            if self._on(run_context):
+                self.ours.on_train_step_end(run_context)
+
+    class Ends(Callback):
+        def __init__(self):
+            self.at = []
+
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num % BLOCK == 0:
+                self.at.append(time.perf_counter())
+
+    diffs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(ROUNDS):
+            m = model(True)
+            m.train(1, dataset(20), callbacks=[], dataset_sink_mode=False)
+            ours = StepStreamCallback(hub=HUB, project="bench", name="ms-callback-blocks", archive_dir=tmp,
+                                      system_metrics=False)
+            ends = Ends()
+            m.train(1, dataset(STEPS), callbacks=[Switched(ours), ends], dataset_sink_mode=False)
+            per_step = [(b - a) / BLOCK * 1000 for a, b in zip(ends.at, ends.at[1:])]
+            # per_step[i] is block i + 1 (block 0 has no start time); odd blocks are "on".
+            # Blocks 1 and 2 are the warm-up.
+            for i in range(3, len(per_step) - 1):
+                if (i + 1) % 2 == 1:
+                    diffs.append(per_step[i] - (per_step[i - 1] + per_step[i + 1]) / 2)
+            print(f"blocks round {r + 1}/{ROUNDS} done", file=sys.stderr)
+    cost = statistics.median(diffs)
+    error = 1.25 * statistics.stdev(diffs) / len(diffs) ** 0.5
+    print(f"Train cell, ours on and off every {BLOCK} steps of one run, {len(diffs)} blocks "
+          f"({ROUNDS} runs of {STEPS} steps): {cost:+.3f} +- {error:.3f} ms/step over the empty callback")
 
 
 def overhead():
@@ -168,8 +263,11 @@ def main():
     if "--overhead" in sys.argv:
         overhead()
         return
+    if "--blocks" in sys.argv:
+        blocks()
+        return
     names = ["no callback", "empty callback", "reference design", "ours (Model(net, loss, opt))",
-             "no callback (train cell)", "ours (train cell)"]
+             "no callback (train cell)", "empty callback (train cell)", "ours (train cell)"]
     results = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(ROUNDS):
@@ -177,19 +275,23 @@ def main():
             for n in names[r % len(names):] + names[:r % len(names)]:
                 results[n].append(timed(n, tmp))
             print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
-    base = statistics.median(results["no callback"])
-    empty = statistics.median(results["empty callback"])
-    print(f"MindSpore {ms.__version__}, {STEPS} steps x {ROUNDS} interleaved rounds, medians:")
-    cell = statistics.median(results["no callback (train cell)"])
+    print(f"MindSpore {ms.__version__}, steps {WARM}..{STEPS} x {ROUNDS} interleaved rounds, medians:")
     for n in names:
         m = statistics.median(results[n])
-        ref = cell if n.endswith("(train cell)") else base
+        empty = "empty callback (train cell)" if n.endswith("(train cell)") else "empty callback"
+        diffs = [a - b for a, b in zip(results[n], results[empty])]
+        cost = statistics.median(diffs)
+        # The standard error of a median: ~1.25 sigma / sqrt(n).
+        error = 1.25 * statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
         own = sum(SELF_TIME.get(n, [])) / (STEPS * ROUNDS) * 1000
-        print(f"  {n:30s} {m:7.3f} ms/step   {m - ref:+6.3f} ms over no callback (same graph)"
-              f"   {m - empty:+6.3f} ms over the empty callback   in its hooks {own:6.3f} ms/step")
+        end = f"   train end {statistics.median(ENDS[n]) * 1000:5.0f} ms" if n in ENDS else ""
+        print(f"  {n:30s} {m:7.3f} ms/step   {cost:+6.3f} +- {error:5.3f} ms over the empty callback"
+              f" (same graph)   in its hooks {own:6.3f} ms/step{end}")
 
+    blocks()
     print("The callback alone:")
     overhead()
+
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,10 @@
 //! since that would force a device sync every step: its record is held and converted with
 //! the others every `defer_every` records (and at `flush`/`finish`), in step order.
 
+mod convert;
 mod samples;
+
+use convert::{Converter, Held, Value};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -18,23 +21,12 @@ use std::time::Duration;
 use stepstream_collector::{system, Collector, Options, Outcome};
 use stepstream_protocol::{unix_now, MetricId, RunId};
 
-enum Value {
-    Number(f64),
-    Later(Py<PyAny>),
-}
-
 /// A metric name as a `str` object the caller passes (held, so its address stays its own),
 /// its text, and the collector's id for it once asked.
 struct Name {
     _key: Py<PyString>,
     text: String,
     id: Option<MetricId>,
-}
-
-struct Held {
-    step: i64,
-    wall_time: f64,
-    values: Vec<(String, Value)>,
 }
 
 /// A sample whose content waits on its device (a histogram): read with the held records.
@@ -84,42 +76,10 @@ fn classify(v: &Bound<'_, PyAny>) -> PyResult<Kind> {
     })
 }
 
-/// Converts held tensors, in order, through `stepstream._tensors.to_floats` (one device
-/// sync per framework and device); one by one with [`convert`] if that helper fails.
-fn many(py: Python<'_>, objects: &[&Py<PyAny>]) -> Vec<Option<f64>> {
-    if objects.is_empty() {
-        return Vec::new();
-    }
-    let batched = (|| -> PyResult<Vec<Option<f64>>> {
-        let list = pyo3::types::PyList::new(py, objects.iter().map(|o| o.bind(py)))?;
-        py.import(intern!(py, "stepstream._tensors"))?
-            .call_method1(intern!(py, "to_floats"), (list,))?
-            .extract()
-    })();
-    match batched {
-        Ok(v) if v.len() == objects.len() => v,
-        _ => objects.iter().map(|o| convert(py, o).ok()).collect(),
-    }
-}
-
-/// Converts a held tensor (MindSpore, PyTorch, Paddle...) to its first element.
-fn convert(py: Python<'_>, obj: &Py<PyAny>) -> PyResult<f64> {
-    let t = obj.bind(py);
-    let flat = if t.hasattr(intern!(py, "asnumpy"))? {
-        t.call_method0(intern!(py, "asnumpy"))?
-    } else if t.hasattr(intern!(py, "detach"))? {
-        t.call_method0(intern!(py, "detach"))?
-            .call_method0(intern!(py, "cpu"))?
-            .call_method0(intern!(py, "numpy"))?
-    } else {
-        t.clone()
-    };
-    let first = match flat.call_method1(intern!(py, "reshape"), (-1,)) {
-        Ok(f) => f.get_item(0)?,
-        Err(_) => flat,
-    };
-    first.extract::<f64>()
-}
+/// Seconds a held record waits for `defer_every` records before its batch is converted
+/// anyway: at 2 ms steps a batch of ten forms in 20 ms, at a step a second it would keep the
+/// page ten seconds behind.
+const DEFER_FOR: f64 = 0.05;
 
 #[pyclass(module = "stepstream._stepstream")]
 struct Run {
@@ -128,8 +88,8 @@ struct Run {
     held: Vec<Held>,
     defer_every: usize,
     next_step: i64,
-    /// Values whose conversion failed; skipped rather than stopping training.
-    unconvertible: u64,
+    /// Reads the held records' tensors off the training thread.
+    converter: Option<Converter>,
     /// Samples refused here (too big, a ragged table...), each with a warning.
     bad_samples: u64,
     /// Histograms whose packs are read with the next batch of held records.
@@ -287,9 +247,9 @@ impl Run {
         }
     }
 
-    /// Converts and sends the held records; `keep_newest` keeps the last one held: its
+    /// Hands the held records to the converter; `keep_newest` keeps the last one held: its
     /// tensors may still be computing (an asynchronous step), and reading them now would
-    /// wait for the device, where the older ones are done.
+    /// keep the converter waiting for the device, where the older ones are done.
     fn release(&mut self, py: Python<'_>, keep_newest: bool) {
         let Some(c) = self.collector.clone() else {
             self.held.clear();
@@ -302,32 +262,15 @@ impl Run {
         let newest = if keep_newest { self.held.pop() } else { None };
         let held = std::mem::take(&mut self.held);
         self.held.extend(newest);
-        // Every held tensor in one call: `stepstream._tensors.to_floats` stacks a framework's
-        // tensors per device and copies them to the host at once, one device sync for the
-        // whole batch of steps instead of one per tensor.
-        let objects: Vec<&Py<PyAny>> = held
-            .iter()
-            .flat_map(|h| h.values.iter())
-            .filter_map(|(_, v)| match v {
-                Value::Later(obj) => Some(obj),
-                Value::Number(_) => None,
-            })
-            .collect();
-        let mut floats = many(py, &objects).into_iter();
-        for h in held {
-            let mut values: Vec<(String, f64)> = Vec::with_capacity(h.values.len());
-            for (name, v) in h.values {
-                match v {
-                    Value::Number(f) => values.push((name, f)),
-                    Value::Later(_) => match floats.next().flatten() {
-                        Some(f) => values.push((name, f)),
-                        None => self.unconvertible += 1,
-                    },
-                }
-            }
-            let refs: Vec<(&str, f64)> = values.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            c.log_at(h.step, h.wall_time, &refs);
+        if let Some(converter) = &mut self.converter {
+            converter.hand(py, held);
         }
+    }
+
+    /// Whether a record of plain numbers may go straight to the collector: nothing held
+    /// and nothing with the converter that it would overtake.
+    fn idle(&self) -> bool {
+        self.held.is_empty() && !self.converter.as_ref().is_some_and(Converter::busy)
     }
 }
 
@@ -414,7 +357,7 @@ impl Run {
             held: Vec::new(),
             defer_every: defer_every.max(1),
             next_step: 0,
-            unconvertible: 0,
+            converter: Some(Converter::new(collector.clone())),
             bad_samples: 0,
             held_items: Vec::new(),
             console,
@@ -446,7 +389,7 @@ impl Run {
         // held until its tensors are read.
         c.note_step(step);
         let wall_time = unix_now();
-        if self.held.is_empty() {
+        if self.idle() {
             let mut ids = std::mem::take(&mut self.scratch);
             let same = self.same_shape(metrics, &mut ids);
             if let Ok(true) = same {
@@ -489,11 +432,11 @@ impl Run {
         if !later {
             self.log_samples(py, &c, step, wall_time, &samples);
         }
-        if !later && self.held.is_empty() && keys.is_empty() && !samples.is_empty() {
+        if !later && self.idle() && keys.is_empty() && !samples.is_empty() {
             // Only samples: no empty record beside them.
             return Ok(());
         }
-        if !later && self.held.is_empty() {
+        if !later && self.idle() {
             // Ids cached per key object, no name hashed.
             let mut ids = Vec::with_capacity(keys.len());
             for (&k, &v) in keys.iter().zip(&numbers) {
@@ -542,7 +485,10 @@ impl Run {
             wall_time,
             values,
         });
-        if self.held.len() > self.defer_every {
+        // Every `defer_every` records, or sooner when steps are slow: a record waits for at
+        // most one step after `DEFER_FOR` (its successor's tensors may still be computing).
+        let waited = wall_time - self.held[0].wall_time;
+        if self.held.len() > self.defer_every || (self.held.len() > 1 && waited >= DEFER_FOR) {
             self.release(py, true);
         }
         Ok(())
@@ -569,9 +515,12 @@ impl Run {
         Ok(())
     }
 
-    /// Converts held tensors and asks the sender to send now.
+    /// Converts held tensors (waiting for the converter) and asks the sender to send now.
     fn flush(&mut self, py: Python<'_>) {
         self.release(py, false);
+        if let Some(converter) = &self.converter {
+            converter.drain(py);
+        }
         if let Some(c) = &self.collector {
             c.flush();
         }
@@ -599,6 +548,13 @@ impl Run {
             }
         };
         self.release(py, false);
+        let unconvertible = match self.converter.take() {
+            Some(converter) => {
+                converter.drain(py);
+                converter.unconvertible()
+            }
+            None => 0,
+        };
         self.sampler = None;
         if let Some(capture) = self.console.take() {
             // What Python still buffers goes out first, then the readers drain the pipes.
@@ -630,7 +586,7 @@ impl Run {
         report.set_item("unacked", r.unacked)?;
         report.set_item("refused", r.refused)?;
         report.set_item("lost", r.lost)?;
-        report.set_item("unconvertible", self.unconvertible)?;
+        report.set_item("unconvertible", unconvertible)?;
         report.set_item("items_acked", r.items_acked)?;
         report.set_item("items_dropped", r.items_dropped)?;
         report.set_item("items_refused", r.items_refused + self.bad_samples)?;

@@ -286,8 +286,8 @@ def init(
 
     hub: ``ws://HOST:PORT`` (default ``$STEPSTREAM_HUB`` or ``ws://127.0.0.1:7070``).
     archive_dir: where the CSV and config are archived (None: no archive).
-    defer_every: framework tensors handed to ``log`` are converted every N records, so
-        ``log`` never forces a device sync per step.
+    defer_every: framework tensors handed to ``log`` are converted every N records, on a
+        converter thread, so ``log`` never waits for a device; records keep their order.
     memory_records / spool_dir: while the hub is away, up to this many records wait in
         memory; the rest go to a spool file (default: ``<archive_dir>/.spool``, else the temp
         dir) and are sent, in order, when the hub is back.

@@ -175,10 +175,74 @@ def test_tensor_values_are_converted_in_batches(hub):
         run.log({"loss": FakeTensor(step * 0.5)}, step=step)
         if step == 8:
             assert FakeTensor.converted == 0, "log converted a tensor on the hot path"
+    # Two batches of ten handed to the converter; the newest five still held.
+    hub.wait("two batches converted", lambda: FakeTensor.converted == 20, timeout=10)
+    time.sleep(0.2)
     assert FakeTensor.converted == 20
     assert run.finish()["delivered"]
     assert FakeTensor.converted == 25
     assert hub.series(run.run_id, "loss")[24] == 12.0
+
+
+def test_held_tensors_of_slow_steps_reach_the_hub_a_step_later_not_a_batch_later(hub):
+    """At a step every 0.2 s, waiting for ten held records would put the page two seconds
+    behind: a record older than 50 ms goes with the next step's log."""
+
+    class Tensor:
+        def __init__(self, v):
+            self.v = v
+
+        def asnumpy(self):
+            return np.array([self.v], dtype=np.float32)
+
+    run = stepstream.init(hub=hub.url, name="slow-steps", archive_dir=None, system_metrics=False, defer_every=10)
+    for step in range(4):
+        run.log({"loss": Tensor(step + 0.5)}, step=step)
+        time.sleep(0.2)
+    # Steps 0..2 are out (step 3 waits for the next log or the finish), without a flush.
+    series = hub.wait("steps 0..2 stored", lambda: (lambda s: s if len(s) >= 3 else None)(hub.series(run.run_id, "loss")),
+                      timeout=10)
+    assert series == {0: 0.5, 1: 1.5, 2: 2.5}
+    assert run.finish()["delivered"]
+    assert hub.series(run.run_id, "loss")[3] == 3.5
+
+
+def test_held_tensors_are_read_off_the_training_thread_and_records_keep_their_order(hub, tmp_path):
+    """A tensor whose read blocks (a device still computing) must not block `log`: the
+    converter thread waits, training goes on; the plain records logged meanwhile queue behind
+    the held ones, so the archive and the hub get every step once, in order."""
+    import threading
+
+    gate = threading.Event()
+    readers = set()
+
+    class SlowTensor:
+        def __init__(self, v):
+            self.v = v
+
+        def asnumpy(self):
+            readers.add(threading.get_ident())
+            gate.wait(30)
+            return np.array([self.v], dtype=np.float32)
+
+    run = stepstream.init(hub=hub.url, name="slow-tensors", archive_dir=str(tmp_path), system_metrics=False,
+                          defer_every=10)
+    started = time.monotonic()
+    for step in range(25):
+        run.log({"loss": SlowTensor(step * 0.5), "plain": float(step)}, step=step)
+    for step in range(25, 40):
+        run.log({"loss": step * 0.5, "plain": float(step)}, step=step)
+    # The reads block until the gate opens: `log` returned without waiting for one.
+    assert time.monotonic() - started < 5, "log waited for a tensor read"
+    assert not gate.is_set()
+    gate.set()
+    report = run.finish(timeout=30)
+    assert report["delivered"] and report["acked"] == 40 and report["unconvertible"] == 0
+    assert readers and threading.get_ident() not in readers, "a tensor was read on the training thread"
+    rows = read_csv(run.metrics_csv)
+    assert [int(r["step"]) for r in rows] == list(range(40))
+    loss = hub.series(run.run_id, "loss")
+    assert [loss[s] for s in range(40)] == [s * 0.5 for s in range(40)]
 
 
 def test_wss_to_a_hub_with_a_private_ca(make_hub, tmp_path):

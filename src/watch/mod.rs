@@ -13,7 +13,6 @@ mod state;
 use anyhow::{Context, Result};
 use crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
 use state::{App, Key};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -24,9 +23,6 @@ pub struct WatchArgs {
     target: Option<String>,
     #[command(flatten)]
     from: crate::Reading,
-    /// A private CA's certificates (PEM) for a `wss://` hub.
-    #[arg(long, env = "STEPSTREAM_CA_FILE")]
-    ca_file: Option<PathBuf>,
     /// No colours (also when `NO_COLOR` is set): runs differ by their line's marker.
     #[arg(long)]
     mono: bool,
@@ -40,7 +36,7 @@ pub fn watch(args: WatchArgs) -> Result<()> {
     let url = link::viewer_url(&args.from.hub, token.as_deref())?;
     let tls = if url.starts_with("wss://") {
         Some(
-            stepstream_collector::tls_client_config(args.ca_file.as_deref())
+            stepstream_collector::tls_client_config(args.from.ca_file.as_deref())
                 .map_err(anyhow::Error::msg)?,
         )
     } else {
