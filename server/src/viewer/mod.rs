@@ -411,7 +411,7 @@ async fn follow(hub: Arc<Hub>, run: Arc<Run>, mut filter: Filter, out: Out) {
                     continue;
                 }
                 last = seq;
-                if filter.takes_everything() {
+                if filter.takes_all_of(&items) {
                     out.send(whole).await
                 } else {
                     let records = filter.records(&records);

@@ -50,6 +50,9 @@ pub(super) struct Sqlite {
     path: PathBuf,
 }
 
+/// The writer connection's page cache, KiB.
+const WRITER_CACHE_KIB: i64 = 64 << 10;
+
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -80,6 +83,9 @@ pub(super) fn open(
         "synchronous",
         if fsync_every_commit { "FULL" } else { "NORMAL" },
     )?;
+    // The writer's page cache holds every run's newest pages: at SQLite's default (2 MiB) a
+    // fleet's commit spilled and reread them, a third of the writer's reads and writes.
+    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
     // Checkpoints run on their own thread (`checkpoint`); SQLite's own is a backstop.
     conn.pragma_update(None, "wal_autocheckpoint", checkpoint::BACKSTOP_PAGES)?;
     conn.pragma_update(None, "journal_size_limit", checkpoint::WAL_KEPT_BYTES)?;
