@@ -133,13 +133,22 @@ fn bench_web_million_step_run_first_charts_and_zoom() {
     let ms = page.eval(&format!(
         "new Promise(done => {{ const t0 = performance.now(); \
          document.querySelector('tr.run[data-run-id=\"{id}\"]').click(); \
-         const check = () => {{ if ({}) done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})",
-        all_drawn_js(steps - 1, 10)
+         window.__frames = []; const check = () => {{ const cs = [...document.querySelectorAll('canvas[data-chart]')]; \
+         window.__frames.push([Math.round(performance.now() - t0), cs.length, cs.filter(c => c.dataset.lastStep == '{last}').length]); \
+         if ({}) done(performance.now() - t0); else requestAnimationFrame(check); }}; check(); }})",
+        all_drawn_js(steps - 1, 10),
+        last = steps - 1
     ));
     let first = ms.as_f64().unwrap();
     println!(
         "first charts of a {steps}-step run, all 10 drawn: {first:.0} ms (reference {reference:.0} ms, ratio {:.2})",
         first / reference
+    );
+    println!(
+        "  frames after the click [ms, charts, charts drawn whole]: {}",
+        page.eval("JSON.stringify(window.__frames)")
+            .as_str()
+            .unwrap_or_default()
     );
     page.screenshot("bench-million");
     println!(

@@ -5,6 +5,7 @@
 //! decimation), crisp on HiDPI screens. No Leptos here: the widget's bundle stays small.
 //!
 //! * `scale` — x axis modes, y ranges (log, ignoring outliers), labels.
+//! * `measured` — the canvas backend, measuring text on the canvas, not in the page.
 //! * `theme` — light and dark colours, stable colours per run.
 //!
 //! Non-finite values cannot be placed on the axis: they are drawn as ticks along the top
@@ -13,13 +14,13 @@
 
 pub mod client;
 pub mod data;
+mod measured;
 pub mod scale;
 pub mod theme;
 pub mod ws;
 
 use plotters::prelude::*;
 pub use plotters::style::RGBColor;
-use plotters_canvas::CanvasBackend;
 use scale::{to_y, y_range, Axis};
 use stepstream_protocol::decimate::m4_indices;
 use theme::Theme;
@@ -95,6 +96,9 @@ pub struct Options<'a> {
     pub robust: bool,
     pub theme: &'a Theme,
     pub legend: bool,
+    /// The canvas's CSS size when the caller read it already: reading it again after the
+    /// previous chart's canvas was resized would lay the page out once more per chart.
+    pub css_size: Option<(i32, i32)>,
 }
 
 /// What was drawn, for the page's test hooks.
@@ -139,12 +143,17 @@ pub fn extent(lines: &[Line<'_>]) -> Option<(f64, f64)> {
 /// Sizes the canvas's backing store to its CSS size times the device pixel ratio; returns
 /// the ratio.
 pub fn fit(canvas: &HtmlCanvasElement) -> f64 {
+    fit_to(canvas, (canvas.client_width(), canvas.client_height()))
+}
+
+/// [`fit`] to a CSS size already read.
+fn fit_to(canvas: &HtmlCanvasElement, (css_width, css_height): (i32, i32)) -> f64 {
     let dpr = web_sys::window()
         .map(|w| w.device_pixel_ratio())
         .unwrap_or(1.0)
         .clamp(1.0, 4.0);
-    let width = (canvas.client_width().max(200) as f64 * dpr).round() as u32;
-    let height = (canvas.client_height().max(120) as f64 * dpr).round() as u32;
+    let width = (css_width.max(200) as f64 * dpr).round() as u32;
+    let height = (css_height.max(120) as f64 * dpr).round() as u32;
     if canvas.width() != width || canvas.height() != height {
         canvas.set_width(width);
         canvas.set_height(height);
@@ -154,7 +163,10 @@ pub fn fit(canvas: &HtmlCanvasElement) -> f64 {
 
 /// Draws a chart; `lines` may be empty (an empty frame with a caption).
 pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> Option<Drawn> {
-    let dpr = fit(canvas);
+    let css = o
+        .css_size
+        .unwrap_or_else(|| (canvas.client_width(), canvas.client_height()));
+    let dpr = fit_to(canvas, css);
     let px = |v: f64| (v * dpr).round() as u32;
     let (mut x0, mut x1) = o.window.or_else(|| extent(lines)).unwrap_or((0.0, 1.0));
     if x1 - x0 < 1e-9 {
@@ -164,7 +176,7 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
         (x0, x1) = (0.0, 1.0);
     }
     // The plot is about the CSS width less the axis labels, one bucket per pixel column.
-    let columns = ((canvas.client_width().max(200) - 70).max(10) as f64 * dpr) as usize;
+    let columns = ((css.0.max(200) - 70).max(10) as f64 * dpr) as usize;
 
     struct Kept {
         raw: Vec<(f64, f64)>,
@@ -204,7 +216,7 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
         .and_then(|w| w.performance())
         .map_or(0.0, |p| p.now());
 
-    let backend = CanvasBackend::with_canvas_object(canvas.clone())?;
+    let backend = measured::Measured::new(canvas)?;
     let root = backend.into_drawing_area();
     let t = o.theme;
     root.fill(&t.background).ok()?;

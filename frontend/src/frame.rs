@@ -16,17 +16,52 @@ use wasm_bindgen::JsCast;
 /// Milliseconds of drawing per frame before the rest waits for the next frame.
 const FRAME_BUDGET_MS: f64 = 4.0;
 
+/// A chart to draw in this frame: urgent (a first picture, or what a user did), when last
+/// drawn, its canvas, its fingerprint and its CSS size.
+type Due = (
+    bool,
+    f64,
+    web_sys::HtmlCanvasElement,
+    (u64, u64),
+    (i32, i32),
+);
+
 struct Drawn {
     /// Of the data, and of the view, size, options and theme (see `lines::fingerprint`).
     fingerprint: (u64, u64),
     geometry: Geometry,
     at: f64,
+    /// Drawn with no point: its first points are a first picture, drawn at once.
+    empty: bool,
 }
 
 thread_local! {
     static CHARTS: RefCell<HashMap<String, Drawn>> = RefCell::new(HashMap::new());
     static OVERLAY_DIRTY: Cell<bool> = const { Cell::new(true) };
     static MEASURED: RefCell<HashMap<stepstream_protocol::RunId, f64>> = RefCell::new(HashMap::new());
+    /// Since when each selected run's history has been arriving.
+    static LOADING: RefCell<HashMap<stepstream_protocol::RunId, f64>> = RefCell::new(HashMap::new());
+}
+
+/// The longest the charts wait for a history to arrive whole before drawing what came.
+const HISTORY_WAIT_MS: f64 = 500.0;
+
+/// Whether a selected run's history is still arriving (for less than [`HISTORY_WAIT_MS`]):
+/// its chunks come one metric at a time, and drawing as they come drew the charts over
+/// several frames, each slowing the next chunk; once whole, every chart is drawn in one.
+fn history_arriving(scene: &Scene, store: &Client, now: f64) -> bool {
+    LOADING.with(|l| {
+        let mut l = l.borrow_mut();
+        l.retain(|id, _| scene.selected.contains(id));
+        scene.selected.iter().any(|id| {
+            let arriving = store.runs.get(id).is_some_and(|r| !r.backfilled);
+            if !arriving {
+                l.remove(id);
+                return false;
+            }
+            now - *l.entry(id.clone()).or_insert(now) < HISTORY_WAIT_MS
+        })
+    })
 }
 
 pub fn overlay_dirty() {
@@ -107,7 +142,13 @@ pub fn frame(ctx: &Ctx) -> bool {
             if scene.window.is_some() {
                 fetch_windows(&scene, &store, &specs);
             }
-            let mut due: Vec<(bool, f64, web_sys::HtmlCanvasElement, (u64, u64))> = Vec::new();
+            if history_arriving(&scene, &store, t0) {
+                state::mark_dirty();
+                return;
+            }
+            // Every canvas's size is read before any is drawn: drawing resizes canvases, and
+            // a read after that lays the page out again.
+            let mut due: Vec<Due> = Vec::new();
             for canvas in canvases("canvas[data-chart]") {
                 let key = canvas.get_attribute("data-chart").unwrap_or_default();
                 let Some(spec) = specs.iter().find(|s| s.key == key) else {
@@ -118,25 +159,29 @@ pub fn frame(ctx: &Ctx) -> bool {
                 }
                 let o = opts.get(&key).copied().unwrap_or_default();
                 let (data, mut view) = lines::fingerprint(&scene, &store, spec);
-                view ^= ((canvas.client_width() as u64) << 20)
-                    ^ ((canvas.client_height() as u64) << 40)
+                let css = (canvas.client_width(), canvas.client_height());
+                view ^= ((css.0 as u64) << 20)
+                    ^ ((css.1 as u64) << 40)
                     ^ (dpr.to_bits() >> 3)
                     ^ ((o.log as u64) << 1)
                     ^ ((o.robust as u64) << 2)
                     ^ ((dark as u64) << 3);
                 let fp = (data, view);
-                let last = CHARTS.with(|c| c.borrow().get(&key).map(|d| (d.fingerprint, d.at)));
+                let last =
+                    CHARTS.with(|c| c.borrow().get(&key).map(|d| (d.fingerprint, d.at, d.empty)));
                 match last {
-                    Some((old, _)) if old == fp => {}
-                    Some((old, at)) => due.push((old.1 != view, at, canvas, fp)),
-                    None => due.push((true, 0.0, canvas, fp)),
+                    Some((old, _, _)) if old == fp => {}
+                    Some((old, at, empty)) => {
+                        due.push((empty || old.1 != view, at, canvas, fp, css))
+                    }
+                    None => due.push((true, 0.0, canvas, fp, css)),
                 }
             }
-            // What a user did (a first picture, zoom, axis, options) is drawn in this frame;
-            // new data, oldest picture first, only while the frame's budget lasts, so under a
+            // What a user did (a first picture, also a chart's first points: a run just
+            // opened, zoom, axis, options) is drawn in this frame; new data, oldest picture first, only while the frame's budget lasts, so under a
             // stream every chart gets its turn and no frame runs long.
             due.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
-            for (urgent, _, canvas, fp) in due {
+            for (urgent, _, canvas, fp, css) in due {
                 if !urgent && now() - t0 > FRAME_BUDGET_MS {
                     state::mark_dirty();
                     break;
@@ -147,7 +192,7 @@ pub fn frame(ctx: &Ctx) -> bool {
                 };
                 let o = opts.get(&key).copied().unwrap_or_default();
                 let t = now();
-                draw_chart(&canvas, spec, &scene, &store, o, style, fp);
+                draw_chart(&canvas, spec, &scene, &store, o, style, (fp, css));
                 let _ = canvas.set_attribute("data-draw-ms", &format!("{:.2}", now() - t));
             }
             if scene.window.is_some() {
@@ -209,7 +254,7 @@ fn draw_chart(
     store: &Client,
     o: ChartOpts,
     style: &theme::Theme,
-    fingerprint: (u64, u64),
+    (fingerprint, css_size): ((u64, u64), (i32, i32)),
 ) {
     let lines = lines::gather(scene, store, spec);
     let smoothing = scene.smoothing > 0.0;
@@ -227,6 +272,7 @@ fn draw_chart(
         })
         .collect();
     let options = chart::Options {
+        css_size: Some(css_size),
         title: &spec.key,
         window: scene.window,
         axis: scene.axis,
@@ -247,6 +293,7 @@ fn draw_chart(
                 fingerprint,
                 geometry: drawn.geometry,
                 at: now(),
+                empty: drawn.last_step.is_none(),
             },
         )
     });

@@ -474,6 +474,7 @@ impl View {
             .clone()
             .unwrap_or_else(|| opts.metrics.join(", "));
         let options = stepstream_chart::Options {
+            css_size: None,
             title: &title,
             window: None,
             axis: opts.axis,

@@ -87,7 +87,10 @@ pub fn ConsolePanel(ctx: Ctx) -> impl IntoView {
                 el.set_scroll_top(top.max(0.0) as i32);
             }
         } else if follow.get_untracked() {
-            el.set_scroll_top(el.scroll_height());
+            // At the next frame, when the page is laid out anyway: reading the height now,
+            // while the rest of the page is being built (a run just opened), would lay it
+            // out in the middle.
+            request_animation_frame(move || el.set_scroll_top(el.scroll_height()));
         }
     });
     // A step asked for from a chart or an alert: stop following, load it if older.
