@@ -1215,3 +1215,74 @@ fn a_run_deleted_through_one_hub_leaves_the_others_and_the_shared_store() {
         assert_eq!(left, "0", "{table}");
     }
 }
+
+/// Retention on a cluster: both hubs keep the same rule; the run's judge (one hub, whichever
+/// it is) deletes each run beyond it once, every hub forgets it, the shared store keeps none
+/// of its rows, and a running run is not counted out until it ends.
+#[test]
+fn retention_on_two_hubs_deletes_each_run_beyond_the_rule_once_from_the_shared_store() {
+    let pg = Postgres::start();
+    let nats = Nats::start();
+    let (store, bus) = (pg.url(), nats.url());
+    let args = ["--store", &store, "--nats", &bus, "--retain", "fleet=2"];
+    let a = Hub::start(&args);
+    let b = Hub::start(&args);
+    let mut on_b = Viewer::connect(&b);
+    let live = Collector::start(Options::new(&b.ws(), "fleet", "live")).unwrap();
+    assert!(live.wait_welcome(Duration::from_secs(30)).is_some());
+    live.log(0, &[("loss", 1.0)]);
+    live.flush();
+    let mut ended = Vec::new();
+    for (i, hub) in [&a, &b, &a].into_iter().enumerate() {
+        let (run_id, writer) = stream(&hub.ws(), &format!("ended-{i}"));
+        assert!(writer.join().unwrap().delivered);
+        ended.push(run_id);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let listed = |hub: &Hub| hub.json("/api/runs").to_string();
+    let first = ended[0].as_str();
+    wait_for(
+        "the first run gone from both hubs",
+        Duration::from_secs(30),
+        || (!listed(&a).contains(first) && !listed(&b).contains(first)).then_some(()),
+    );
+    for hub in [&a, &b] {
+        let now = listed(hub);
+        assert!(
+            now.contains(ended[1].as_str())
+                && now.contains(ended[2].as_str())
+                && now.contains(live.run_id().as_str()),
+            "{now}"
+        );
+    }
+    assert_eq!(
+        pg.value(&format!(
+            "SELECT count(*) FROM runs WHERE run_id = '{first}'"
+        )),
+        "0"
+    );
+    assert_eq!(pg.value("SELECT count(*) FROM runs"), "3");
+    // Deleted once, by the retention, whichever hub judged it.
+    assert!(on_b.pump(Duration::from_secs(10), |v| v
+        .deleted
+        .iter()
+        .any(|d| d.run_id.as_str() == first)));
+    on_b.pump(Duration::from_secs(2), |_| false);
+    let notices: Vec<_> = on_b
+        .deleted
+        .iter()
+        .filter(|d| d.run_id.as_str() == first)
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].by, "retention");
+
+    // The running run ends: the oldest of the three ended ones goes.
+    assert!(live.finish(Outcome::Finished).delivered);
+    let second = ended[1].as_str();
+    wait_for(
+        "the second run gone from both hubs",
+        Duration::from_secs(30),
+        || (!listed(&a).contains(second) && !listed(&b).contains(second)).then_some(()),
+    );
+    assert_eq!(pg.value("SELECT count(*) FROM runs"), "2");
+}

@@ -124,8 +124,11 @@ impl Hub {
         });
     }
 
-    /// Deletes the ended runs the rules no longer keep. In a cluster each run's judge does
-    /// it, so two hubs do not race over one run.
+    /// Deletes the ended runs the rules no longer keep. The rules count every run of the
+    /// cluster (a project's last N are the last N of all its runs, whichever hub took
+    /// each). An ended run has no judge, so in a cluster every hub applies the rules: the
+    /// store deletes a run in one transaction, a hub that comes second finds it gone, and
+    /// each hub's viewers are told once (`Hub::forget` tells only if it still held it).
     async fn retain(&self) {
         let Some(rules) = self.retention.get() else {
             return;
@@ -133,7 +136,6 @@ impl Hub {
         let ended: Vec<Ended<Arc<Run>>> = self
             .runs()
             .into_iter()
-            .filter(|run| self.judges(run.key))
             .filter_map(|run| {
                 let (ended, project, at) = run.state(|st| {
                     (
