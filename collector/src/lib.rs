@@ -293,6 +293,13 @@ impl Collector {
         self.send_record(step, wall_time, metrics, true);
     }
 
+    /// Records a step whose record waited (a binding's held tensors, logged by its converter
+    /// after the training moved on): the current step, noted when the training logged it,
+    /// stays where the training is, so console lines printed meanwhile keep their step.
+    pub fn log_later(&self, step: i64, wall_time: f64, metrics: &[(&str, f64)]) {
+        self.send_record(step, wall_time, metrics, true);
+    }
+
     /// Says the training is at `step` now, for what is placed at the current step (console
     /// lines, system samples) while its record waits elsewhere (a binding holding tensors
     /// until they are read).

@@ -151,7 +151,7 @@ fn log_converted(py: Python<'_>, c: &Collector, batch: Vec<Held>, unconvertible:
                 },
             }
         }
-        c.log_at(h.step, h.wall_time, &values);
+        c.log_later(h.step, h.wall_time, &values);
     }
 }
 
