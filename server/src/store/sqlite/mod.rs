@@ -25,7 +25,7 @@ use super::reads::{Dialect, Reads, Row, Visit};
 use super::{Result, RunKey, StoreError, StoredRun};
 use checkpoint::Checkpointer;
 use rusqlite::{params, Connection, OptionalExtension};
-use schema::{load_runs, migrate, INDEXES, SCHEMA};
+use schema::{load_runs, migrate, recent_id, INDEXES, SCHEMA};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use stepstream_protocol::ItemKind;
@@ -40,10 +40,9 @@ const PACK_AT: &str = "SELECT seq, seq_end, data FROM batches WHERE run_key = ?1
 /// `after < seq <= through`, in sequence order.
 const SCAN: &str =
     "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
-/// The same of `recent`: the batches since the run's last pack, all after every row of
-/// `batches`.
-const SCAN_RECENT: &str =
-    "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq";
+/// The same of `recent` (the batches since the run's last pack, all after every row of
+/// `batches`), by id ([`recent_id`]): those of batches `after + 1` and `through`.
+const SCAN_RECENT: &str = "SELECT seq, data FROM recent WHERE id BETWEEN ?1 AND ?2 ORDER BY id";
 
 /// SQLite's reads: connections to the database file.
 pub(super) struct Sqlite {
@@ -267,13 +266,14 @@ impl Dialect for Sqlite {
                 }
             }
         }
-        for sql in [SCAN, SCAN_RECENT] {
-            let mut stmt = tx.prepare_cached(sql)?;
-            let rows = stmt.query(params![key, after, through])?;
-            if each_batch(rows, visit)?.is_break() {
-                return Ok(());
-            }
+        let mut scan = tx.prepare_cached(SCAN)?;
+        if each_batch(scan.query(params![key, after, through])?, visit)?.is_break() {
+            return Ok(());
         }
+        let mut scan = tx.prepare_cached(SCAN_RECENT)?;
+        let ids = (recent_id(key, (after as u64).saturating_add(1)), recent_id(key, through as u64));
+        // The last rows: whether the visitor stopped early changes nothing after them.
+        let _ = each_batch(scan.query(params![ids.0, ids.1])?, visit)?;
         Ok(())
     }
 
@@ -308,17 +308,9 @@ impl Dialect for Sqlite {
             }
         }
         seqs.sort_unstable();
-        let recent: Vec<i64> = tx
-            .prepare_cached(
-                "SELECT seq FROM recent WHERE run_key = ?1 AND seq <= ?2 AND lo_step <= ?3 \
-                 AND hi_step >= ?4 ORDER BY seq",
-            )?
-            .query_map(params![key, through, hi, lo], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        for (table, seqs) in [("batches", seqs), ("recent", recent)] {
-            let mut stmt = tx.prepare_cached(&format!(
-                "SELECT seq, data FROM {table} WHERE run_key = ?1 AND seq = ?2"
-            ))?;
+        {
+            let mut stmt =
+                tx.prepare_cached("SELECT seq, data FROM batches WHERE run_key = ?1 AND seq = ?2")?;
             for seq in seqs {
                 let rows = stmt.query(params![key, seq])?;
                 if each_batch(rows, visit)?.is_break() {
@@ -326,6 +318,13 @@ impl Dialect for Sqlite {
                 }
             }
         }
+        let mut stmt = tx.prepare_cached(
+            "SELECT seq, data FROM recent WHERE id BETWEEN ?1 AND ?2 AND lo_step <= ?3 \
+             AND hi_step >= ?4 ORDER BY id",
+        )?;
+        let (first, last) = (recent_id(key, 0), recent_id(key, through as u64));
+        let rows = stmt.query(params![first, last, hi, lo])?;
+        let _ = each_batch(rows, visit)?;
         Ok(())
     }
 
@@ -369,10 +368,11 @@ impl Dialect for Sqlite {
             }
         }
         let mut stmt = tx.prepare_cached(
-            "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq <= ?2 AND hi_step >= ?3 \
-             AND lo_step <= ?4 ORDER BY seq",
+            "SELECT seq, data FROM recent WHERE id BETWEEN ?1 AND ?2 AND hi_step >= ?3 \
+             AND lo_step <= ?4 ORDER BY id",
         )?;
-        let mut rows = stmt.query(params![key, through, lo, hi])?;
+        let (first, last) = (recent_id(key, 0), recent_id(key, through as u64));
+        let mut rows = stmt.query(params![first, last, lo, hi])?;
         while let Some(row) = rows.next()? {
             let seq = row.get::<_, i64>(0)? as u64;
             let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
@@ -388,9 +388,12 @@ impl Dialect for Sqlite {
             .prepare_cached(
                 "SELECT min(lo), max(hi) FROM (SELECT min(lo_step) AS lo, max(hi_step) AS hi \
                  FROM batches WHERE run_key = ?1 UNION ALL SELECT min(lo_step), max(hi_step) \
-                 FROM recent WHERE run_key = ?1)",
+                 FROM recent WHERE id BETWEEN ?2 AND ?3)",
             )?
-            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .query_row(
+                params![key, recent_id(key, 0), recent_id(key, u64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
         Ok(lo.zip(hi))
     }
 

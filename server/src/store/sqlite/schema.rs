@@ -76,15 +76,20 @@ CREATE TABLE IF NOT EXISTS batches (
 -- A run's batches since its last pack (`store::pack`), one row each, kept in order of run
 -- and sequence number: storing one writes one B-tree, and packing them deletes a run of
 -- neighbouring rows. Packs, and batches stored before packs existed, are in `batches`.
+-- Keyed by one integer, the run's key above the batch's sequence number (`recent_id`): a
+-- rowid table's inner pages hold only those integers, where a `WITHOUT ROWID` table's held
+-- whole rows (a few hundred bytes each: a sixth of its pages were inner pages, and a fleet's
+-- commit rewrote ~880 pages of it). Reads name `id` ranges; `run_key` and `seq` are for
+-- reading back.
 CREATE TABLE IF NOT EXISTS recent (
-    run_key INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
+    id INTEGER PRIMARY KEY,
     n INTEGER NOT NULL,
     lo_step INTEGER,
     hi_step INTEGER,
     data BLOB NOT NULL,
-    PRIMARY KEY (run_key, seq)
-) WITHOUT ROWID;
+    run_key INTEGER GENERATED ALWAYS AS (id >> 36) VIRTUAL,
+    seq INTEGER GENERATED ALWAYS AS (id & 68719476735) VIRTUAL
+);
 -- Each pack's M4 summaries (`store::summary`), one row per bucket width: whole-run views
 -- read these, not the packs' values. Packs made before version 7 have none (read raw).
 -- The pack's last batch and step range are repeated here: a read of the summaries never
@@ -161,7 +166,40 @@ const BATCHES_V2: &str = "CREATE TABLE batches_v2 (run_key INTEGER NOT NULL, seq
     PRIMARY KEY (run_key, seq))";
 
 /// The schema version this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 7;
+pub(super) const SCHEMA_VERSION: i64 = 8;
+
+/// Bits of a `recent` row's id given to the batch's sequence number: 68.7 billion batches a
+/// run (two years at 1,000 a second), under 134 million run keys.
+const SEQ_BITS: u32 = 36;
+/// The largest sequence number and run key a `recent` row can hold.
+pub(super) const RECENT_MAX_SEQ: u64 = (1 << SEQ_BITS) - 1;
+pub(super) const RECENT_MAX_KEY: RunKey = (1 << (63 - SEQ_BITS)) - 1;
+
+/// The id of batch `seq` of run `key` in `recent`, a sequence number past the largest
+/// clamped to it (a read's `through` is often "everything").
+pub(super) fn recent_id(key: RunKey, seq: u64) -> i64 {
+    (key << SEQ_BITS) | seq.min(RECENT_MAX_SEQ) as i64
+}
+
+/// Why run `key` cannot store batch `seq` in `recent`, if it cannot.
+pub(super) fn beyond_recent(key: RunKey, seq: u64) -> Option<String> {
+    (seq > RECENT_MAX_SEQ || !(0..=RECENT_MAX_KEY).contains(&key)).then(|| {
+        format!(
+            "batch {seq} of run key {key} is beyond what this database holds ({RECENT_MAX_SEQ} \
+             batches a run, run keys through {RECENT_MAX_KEY})"
+        )
+    })
+}
+
+/// `recent` as version 7 laid it out (`WITHOUT ROWID`, keyed by run and sequence number)
+/// is copied into this version's table.
+const RECENT_V8: &str = "CREATE TABLE recent_v8 (id INTEGER PRIMARY KEY, n INTEGER NOT NULL, \
+    lo_step INTEGER, hi_step INTEGER, data BLOB NOT NULL, \
+    run_key INTEGER GENERATED ALWAYS AS (id >> 36) VIRTUAL, \
+    seq INTEGER GENERATED ALWAYS AS (id & 68719476735) VIRTUAL); \
+    INSERT INTO recent_v8 (id, n, lo_step, hi_step, data) \
+    SELECT (run_key << 36) | seq, n, lo_step, hi_step, data FROM recent ORDER BY run_key, seq; \
+    DROP TABLE recent; ALTER TABLE recent_v8 RENAME TO recent;";
 
 /// Brings a database written by an older build to [`SCHEMA_VERSION`]. Version 1 had no job,
 /// framework or step-range columns and kept batches `WITHOUT ROWID`: the batches are copied
@@ -172,7 +210,8 @@ pub(super) const SCHEMA_VERSION: i64 = 7;
 /// `commands`, `alert_acks` and `page_rules` tables (created by [`SCHEMA`]); version 6 packs
 /// (`batches.seq_end`, the runs' `packed_seq` and unpacked counts; the batches stored before
 /// are packed by the writer afterwards, `Store::open`); version 7 the packs' summaries (the
-/// `summaries` table, created by [`SCHEMA`]). One transaction: an interrupted migration
+/// `summaries` table, created by [`SCHEMA`]); version 8 keys `recent` by one integer
+/// ([`recent_id`]). One transaction: an interrupted migration
 /// leaves the version it started from.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
@@ -255,6 +294,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     if !has("batches", "seq_end")? {
         // NULL: one batch, as every row stored before packs was.
         tx.execute_batch("ALTER TABLE batches ADD COLUMN seq_end INTEGER")?;
+    }
+    if !has("recent", "id")? {
+        tx.execute_batch(RECENT_V8)?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     tx.commit()?;
@@ -454,4 +496,135 @@ mod tests {
             vec![100_001]
         );
     }
+
+    /// A database of schema version 7 (`recent` `WITHOUT ROWID`, keyed by run and sequence
+    /// number) is migrated: every batch of two runs is read back whole and by step range,
+    /// each run's own only, and the runs go on storing and packing.
+    #[tokio::test]
+    async fn a_version_7_database_gets_recent_keyed_by_one_integer() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::store::Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        let mut keys = Vec::new();
+        {
+            let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+            for (name, base) in [("a", 0), ("b", 1_000)] {
+                let key = store
+                    .upsert_run(crate::store::test_identity(name, "p"), 1, 1.0)
+                    .await
+                    .unwrap();
+                let batches: Vec<Vec<i64>> = (0..5).map(|i| vec![base + 2 * i, base + 2 * i + 1]).collect();
+                crate::store::tests::append_steps(&store, key, &batches).await;
+                keys.push(key);
+            }
+        }
+        // What version 7 wrote.
+        let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE recent_v7 (run_key INTEGER NOT NULL, seq INTEGER NOT NULL, \
+             n INTEGER NOT NULL, lo_step INTEGER, hi_step INTEGER, data BLOB NOT NULL, \
+             PRIMARY KEY (run_key, seq)) WITHOUT ROWID; \
+             INSERT INTO recent_v7 SELECT run_key, seq, n, lo_step, hi_step, data FROM recent; \
+             DROP TABLE recent; ALTER TABLE recent_v7 RENAME TO recent; \
+             PRAGMA user_version = 7;",
+        )
+        .unwrap();
+        drop(conn);
+        let (store, runs) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+        for (key, base) in keys.iter().zip([0, 1_000]) {
+            let all = store
+                .scan(*key, 0, u64::MAX, Vec::new(), |out, seq, recs| {
+                    out.extend(recs.iter().map(|r| (seq, r.step)));
+                    ControlFlow::Continue(())
+                })
+                .await
+                .unwrap();
+            let want: Vec<(u64, i64)> = (0..10).map(|i| (i as u64 / 2 + 1, base + i)).collect();
+            assert_eq!(all, want);
+            let later = store
+                .scan(*key, 3, 4, Vec::new(), |out, seq, _| {
+                    out.push(seq);
+                    ControlFlow::Continue(())
+                })
+                .await
+                .unwrap();
+            assert_eq!(later, vec![4]);
+            // Two batches visited: steps 2-3 and 4-5.
+            assert_eq!(
+                crate::store::tests::read_range(&store, *key, (base + 3, base + 4)).await,
+                (2, vec![base + 3, base + 4])
+            );
+            assert_eq!(store.step_bounds(*key).await.unwrap(), Some((base, base + 9)));
+        }
+        // The next batch follows, and packing reads the migrated rows.
+        let tail = &runs.iter().find(|r| r.key == keys[0]).unwrap().tail;
+        let records: std::sync::Arc<[stepstream_protocol::StepRecord]> = vec![rec(10, 1.0)].into();
+        assert!(store
+            .append_batch(keys[0], 6, records.clone(), tail.after(6, &records))
+            .await
+            .unwrap());
+        store.pack(keys[0]).await.unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
+        let left: Vec<(i64, i64)> = conn
+            .prepare("SELECT run_key, seq FROM recent ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(left, (1..=5).map(|seq| (keys[1], seq)).collect::<Vec<_>>());
+        let steps = store
+            .scan(keys[0], 0, u64::MAX, Vec::new(), |out, _, recs| {
+                out.extend(recs.iter().map(|r| r.step));
+                ControlFlow::Continue(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(steps, (0..=10).collect::<Vec<_>>());
+    }
+
+    /// A run whose key does not fit `recent`'s ids is refused its batches with a clear error,
+    /// and stores nothing (not even its tail).
+    #[tokio::test]
+    async fn a_batch_beyond_what_recent_can_key_is_refused_and_nothing_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::store::Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        };
+        let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+        let key = store
+            .upsert_run(crate::store::test_identity("big", "p"), 1, 1.0)
+            .await
+            .unwrap();
+        drop(store);
+        let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
+        conn.execute(
+            "UPDATE runs SET key = ?2 WHERE key = ?1",
+            params![key, RECENT_MAX_KEY + 1],
+        )
+        .unwrap();
+        drop(conn);
+        let (store, runs) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
+        let key = runs[0].key;
+        let records: std::sync::Arc<[stepstream_protocol::StepRecord]> = vec![rec(0, 1.0)].into();
+        let tail = crate::store::RunTail::default().after(1, &records);
+        let err = store
+            .append_batch(key, 1, records, tail)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("beyond what this database holds"), "{err}");
+        let (_, runs) = {
+            drop(store);
+            Store::open_at(&location, std::time::Duration::ZERO).unwrap()
+        };
+        assert_eq!(runs[0].tail.last_seq, 0);
+        assert!(beyond_recent(0, RECENT_MAX_SEQ + 1).is_some());
+        assert_eq!(recent_id(1, u64::MAX), recent_id(1, RECENT_MAX_SEQ));
+        assert!(recent_id(1, RECENT_MAX_SEQ) < recent_id(2, 0));
+    }
+
 }

@@ -10,6 +10,7 @@ use super::super::{
     held_by_another, other_project, undeletable, Result, RunKey, StoreError, RUN_TABLES,
     WRITER_SILENCE_S,
 };
+use super::schema::recent_id;
 use rusqlite::{params, Connection, OptionalExtension};
 use stepstream_protocol::ItemKind;
 use stepstream_protocol::StepRecord;
@@ -114,6 +115,9 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             tail,
             ..
         } => {
+            if let Some(why) = super::schema::beyond_recent(*key, *seq) {
+                return Err(StoreError::Schema(why));
+            }
             let range = step_range(records);
             // The tail moves only from the batch before this one: a batch whose predecessor
             // is not stored (it failed in an earlier transaction) must not be stored either.
@@ -153,12 +157,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             let blob = encode_records(records)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             tx.prepare_cached(
-                "INSERT INTO recent (run_key, seq, n, lo_step, hi_step, data) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO recent (id, n, lo_step, hi_step, data) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![
-                key,
-                *seq as i64,
+                recent_id(*key, *seq),
                 records.len() as i64,
                 range.map(|r| r.0),
                 range.map(|r| r.1),
@@ -249,10 +251,12 @@ fn apply(tx: &rusqlite::Transaction<'_>, cmd: &Command) -> Result<Applied> {
             if let Some(why) = undeletable(&run_id, &status) {
                 return Ok(Applied::Refused(why));
             }
-            for table in RUN_TABLES.iter().chain(&["recent"]) {
+            for table in RUN_TABLES {
                 tx.prepare_cached(&format!("DELETE FROM {table} WHERE run_key = ?1"))?
                     .execute([key])?;
             }
+            tx.prepare_cached("DELETE FROM recent WHERE id BETWEEN ?1 AND ?2")?
+                .execute([recent_id(*key, 0), recent_id(*key, u64::MAX)])?;
             tx.prepare_cached("DELETE FROM runs WHERE key = ?1")?
                 .execute([key])?;
             // The freed pages leave the file (a database made before auto_vacuum was set
@@ -437,18 +441,21 @@ fn pack_run(tx: &rusqlite::Transaction<'_>, key: RunKey, all: bool, most: usize)
         // packs existed (in `batches`, never a pack) come before every one in `recent`.
         let mut batches: Vec<Vec<StepRecord>> = Vec::new();
         let mut due = Unpacked::default();
-        for sql in [
-            "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
-             AND seq_end IS NULL ORDER BY seq",
-            "SELECT seq, data FROM recent WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 \
-             ORDER BY seq",
-        ] {
+        for recent in [false, true] {
             if due.make_a_pack() {
                 break;
             }
-            let mut read = tx.prepare_cached(sql)?;
             let from = first + batches.len() as u64;
-            let mut rows = read.query(params![key, from as i64, last as i64])?;
+            let (mut read, bounds) = if recent {
+                let ids = (recent_id(key, from), recent_id(key, last));
+                let sql = "SELECT seq, data FROM recent WHERE id BETWEEN ?1 AND ?2 ORDER BY id";
+                (tx.prepare_cached(sql)?, vec![ids.0, ids.1])
+            } else {
+                let sql = "SELECT seq, data FROM batches WHERE run_key = ?1 AND seq >= ?2 \
+                           AND seq <= ?3 AND seq_end IS NULL ORDER BY seq";
+                (tx.prepare_cached(sql)?, vec![key, from as i64, last as i64])
+            };
+            let mut rows = read.query(rusqlite::params_from_iter(bounds))?;
             while let Some(row) = rows.next()? {
                 let seq = first + batches.len() as u64;
                 let corrupt = StoreError::Corrupt { run_key: key, seq };
@@ -496,13 +503,12 @@ fn write_pack(
     let last = first + batches.len() as u64 - 1;
     let all: Vec<StepRecord> = batches.iter().flatten().cloned().collect();
     let range = step_range(&all);
-    for sql in [
-        "DELETE FROM recent WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3",
+    tx.prepare_cached("DELETE FROM recent WHERE id BETWEEN ?1 AND ?2")?
+        .execute([recent_id(key, first), recent_id(key, last)])?;
+    tx.prepare_cached(
         "DELETE FROM batches WHERE run_key = ?1 AND seq >= ?2 AND seq <= ?3 AND seq_end IS NULL",
-    ] {
-        tx.prepare_cached(sql)?
-            .execute(params![key, first as i64, last as i64])?;
-    }
+    )?
+    .execute(params![key, first as i64, last as i64])?;
     tx.prepare_cached(
         "INSERT INTO batches (run_key, seq, n, data, lo_step, hi_step, span_class, seq_end) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
