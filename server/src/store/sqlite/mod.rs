@@ -271,7 +271,10 @@ impl Dialect for Sqlite {
             return Ok(());
         }
         let mut scan = tx.prepare_cached(SCAN_RECENT)?;
-        let ids = (recent_id(key, (after as u64).saturating_add(1)), recent_id(key, through as u64));
+        let ids = (
+            recent_id(key, (after as u64).saturating_add(1)),
+            recent_id(key, through as u64),
+        );
         // The last rows: whether the visitor stopped early changes nothing after them.
         let _ = each_batch(scan.query(params![ids.0, ids.1])?, visit)?;
         Ok(())

@@ -515,7 +515,9 @@ mod tests {
                     .upsert_run(crate::store::test_identity(name, "p"), 1, 1.0)
                     .await
                     .unwrap();
-                let batches: Vec<Vec<i64>> = (0..5).map(|i| vec![base + 2 * i, base + 2 * i + 1]).collect();
+                let batches: Vec<Vec<i64>> = (0..5)
+                    .map(|i| vec![base + 2 * i, base + 2 * i + 1])
+                    .collect();
                 crate::store::tests::append_steps(&store, key, &batches).await;
                 keys.push(key);
             }
@@ -556,7 +558,10 @@ mod tests {
                 crate::store::tests::read_range(&store, *key, (base + 3, base + 4)).await,
                 (2, vec![base + 3, base + 4])
             );
-            assert_eq!(store.step_bounds(*key).await.unwrap(), Some((base, base + 9)));
+            assert_eq!(
+                store.step_bounds(*key).await.unwrap(),
+                Some((base, base + 9))
+            );
         }
         // The next batch follows, and packing reads the migrated rows.
         let tail = &runs.iter().find(|r| r.key == keys[0]).unwrap().tail;
@@ -626,5 +631,4 @@ mod tests {
         assert_eq!(recent_id(1, u64::MAX), recent_id(1, RECENT_MAX_SEQ));
         assert!(recent_id(1, RECENT_MAX_SEQ) < recent_id(2, 0));
     }
-
 }
