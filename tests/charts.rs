@@ -13,7 +13,7 @@ const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_secs(15);
 
 /// A chart canvas's test hooks, as numbers where they are numbers.
-fn hooks(page: &mut Browser, chart: &str) -> Value {
+pub(crate) fn hooks(page: &mut Browser, chart: &str) -> Value {
     page.eval(&format!(
         "(() => {{ const c = document.querySelector('canvas[data-chart=\"{chart}\"]'); \
          if (!c || !c.dataset.points) return null; const r = c.getBoundingClientRect(); \
@@ -23,7 +23,7 @@ fn hooks(page: &mut Browser, chart: &str) -> Value {
     ))
 }
 
-fn wait_hooks(page: &mut Browser, what: &str, chart: &str, cond: &str) -> Value {
+pub(crate) fn wait_hooks(page: &mut Browser, what: &str, chart: &str, cond: &str) -> Value {
     page.wait(
         what,
         LONG,
@@ -38,7 +38,7 @@ fn wait_hooks(page: &mut Browser, what: &str, chart: &str, cond: &str) -> Value 
 }
 
 /// Page coordinates of an x value (and the plot's vertical middle) on a chart.
-fn at_x(h: &Value, x: f64) -> (f64, f64) {
+pub(crate) fn at_x(h: &Value, x: f64) -> (f64, f64) {
     let f = |k: &str| h[k].as_f64().unwrap_or_else(|| panic!("hook {k} in {h}"));
     let t = (x - f("x0")) / (f("x1") - f("x0"));
     let px = f("left") + f("plotLeft") + t * (f("plotRight") - f("plotLeft"));
@@ -54,7 +54,7 @@ fn ink_hash(page: &mut Browser, chart: &str) -> Value {
     ))
 }
 
-fn open_run(hub: &Hub, ids: &[&str], extra: &str) -> Browser {
+pub(crate) fn open_run(hub: &Hub, ids: &[&str], extra: &str) -> Browser {
     let mut page = Browser::open(&format!(
         "http://{}/?lang=en&runs={}{extra}",
         hub.addr(),
@@ -71,7 +71,7 @@ fn open_run(hub: &Hub, ids: &[&str], extra: &str) -> Browser {
     page
 }
 
-fn tooltip(page: &mut Browser) -> String {
+pub(crate) fn tooltip(page: &mut Browser) -> String {
     page.wait(
         "the tooltip",
         SHORT,

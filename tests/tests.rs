@@ -23,6 +23,7 @@
 //! * `trust` — what the hub claims is true: a write token stays in its project, a revoked
 //!   token's sockets close, names with control characters are refused.
 //! * `watch` — `stepstream watch` in tmux: it follows a live run, zooms, resizes, quits.
+//! * `views` — the views runs are compared with: any metric as the x axis.
 //! * `util` — the harness: hub process, HTTP client, protocol-speaking viewer and collector.
 
 mod backup;
@@ -48,5 +49,6 @@ mod tail;
 mod tls;
 mod trust;
 mod util;
+mod views;
 mod watch;
 mod web;

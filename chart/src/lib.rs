@@ -69,11 +69,15 @@ impl Geometry {
     }
 }
 
-/// One line on a chart: parallel arrays, `xs` ascending.
+/// One line on a chart: parallel arrays in step order.
 pub struct Line<'a> {
     pub label: &'a str,
     pub color: RGBColor,
     pub xs: &'a [f64],
+    /// Whether `xs` ascends (always on the step and time axes). A metric used as x may go
+    /// back (tokens counted again after a restart): such a line is drawn as it goes, in step
+    /// order, and decimated over its points' order instead of over x.
+    pub ordered: bool,
     pub steps: &'a [i64],
     pub values: &'a [f64],
     /// The smoothed values, drawn over a faint raw line, when smoothing is on.
@@ -119,8 +123,11 @@ pub struct Drawn {
 }
 
 /// The indices of `xs` inside `[x0, x1]`, with one neighbour each side so a line runs to the
-/// edge of the plot.
-fn visible(xs: &[f64], x0: f64, x1: f64) -> std::ops::Range<usize> {
+/// edge of the plot (all of them when `xs` does not ascend).
+fn visible(xs: &[f64], ordered: bool, x0: f64, x1: f64) -> std::ops::Range<usize> {
+    if !ordered {
+        return 0..xs.len();
+    }
     let a = xs.partition_point(|&x| x < x0).saturating_sub(1);
     let b = (xs.partition_point(|&x| x <= x1) + 1).min(xs.len());
     a..b.max(a)
@@ -130,7 +137,9 @@ fn visible(xs: &[f64], x0: f64, x1: f64) -> std::ops::Range<usize> {
 pub fn extent(lines: &[Line<'_>]) -> Option<(f64, f64)> {
     let (mut x0, mut x1) = (f64::MAX, f64::MIN);
     for l in lines {
-        for x in [l.xs.first(), l.xs.last()].into_iter().flatten() {
+        let ends = [l.xs.first(), l.xs.last()];
+        let all = (!l.ordered).then_some(l.xs.iter()).into_iter().flatten();
+        for x in ends.into_iter().flatten().chain(all) {
             if x.is_finite() {
                 x0 = x0.min(*x);
                 x1 = x1.max(*x);
@@ -187,8 +196,15 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
     let kept: Vec<Kept> = lines
         .iter()
         .map(|l| {
-            let r = visible(l.xs, x0, x1);
-            let idx = m4_indices(&l.xs[r.clone()], &l.values[r.clone()], columns, x0, x1);
+            let r = visible(l.xs, l.ordered, x0, x1);
+            let idx = if l.ordered {
+                m4_indices(&l.xs[r.clone()], &l.values[r.clone()], columns, x0, x1)
+            } else {
+                // Buckets of consecutive points: each keeps its first, last, lowest and
+                // highest, so the line's shape and extremes survive whatever x does.
+                let order: Vec<f64> = (0..r.len()).map(|i| i as f64).collect();
+                m4_indices(&order, &l.values[r.clone()], columns, 0.0, r.len() as f64)
+            };
             let mut k = Kept {
                 raw: Vec::with_capacity(idx.len()),
                 smooth: Vec::new(),
@@ -389,10 +405,32 @@ mod tests {
     #[test]
     fn visible_keeps_one_neighbour_each_side() {
         let xs: Vec<f64> = (0..100).map(|i| i as f64).collect();
-        assert_eq!(visible(&xs, 10.0, 20.0), 9..22);
-        assert_eq!(visible(&xs, -5.0, 3.0), 0..5);
-        assert_eq!(visible(&xs, 200.0, 300.0), 99..100);
-        assert_eq!(visible(&[], 0.0, 1.0), 0..0);
+        assert_eq!(visible(&xs, true, 10.0, 20.0), 9..22);
+        assert_eq!(visible(&xs, true, -5.0, 3.0), 0..5);
+        assert_eq!(visible(&xs, true, 200.0, 300.0), 99..100);
+        assert_eq!(visible(&[], true, 0.0, 1.0), 0..0);
+        // An x that goes back: every point may be in the window.
+        assert_eq!(visible(&[5.0, 1.0, 9.0], false, 2.0, 3.0), 0..3);
+    }
+
+    #[test]
+    fn the_extent_of_a_line_going_back_spans_all_its_points() {
+        let line = |xs: &'static [f64], ordered| Line {
+            label: "",
+            color: RGBColor(0, 0, 0),
+            xs,
+            ordered,
+            steps: &[],
+            values: &[],
+            smoothed: None,
+            markers: &[],
+            notes: &[],
+        };
+        assert_eq!(
+            extent(&[line(&[5.0, 20.0, 1.0, 9.0], false)]),
+            Some((1.0, 20.0))
+        );
+        assert_eq!(extent(&[line(&[1.0, 5.0, 9.0], true)]), Some((1.0, 9.0)));
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub enum Axis {
     Wall,
     /// Seconds since the run started.
     Relative,
+    /// A metric of each run (tokens seen, samples, epoch): the page joins each line's points
+    /// to that metric's value at the same step; the chart only places and labels them.
+    Metric,
 }
 
 impl Axis {
@@ -18,6 +21,7 @@ impl Axis {
             Axis::Step => "step",
             Axis::Wall => "wall",
             Axis::Relative => "relative",
+            Axis::Metric => "metric",
         }
     }
 
@@ -26,14 +30,16 @@ impl Axis {
             "step" => Axis::Step,
             "wall" => Axis::Wall,
             "relative" => Axis::Relative,
+            "metric" => Axis::Metric,
             _ => return None,
         })
     }
 
-    /// A point's x: its step, its wall time (unix seconds) or seconds since `started`.
+    /// A point's x: its step, its wall time (unix seconds) or seconds since `started`; on
+    /// a metric axis its step (the caller joins the metric's values, which it alone holds).
     pub fn x(self, step: i64, time: f64, started: f64) -> f64 {
         match self {
-            Axis::Step => step as f64,
+            Axis::Step | Axis::Metric => step as f64,
             Axis::Wall => time,
             Axis::Relative => time - started,
         }
@@ -45,8 +51,30 @@ impl Axis {
             Axis::Step => format!("{x:.0}"),
             Axis::Wall => clock(x),
             Axis::Relative => duration(x),
+            Axis::Metric => compact(x),
         }
     }
+}
+
+/// `950`, `12.5k`, `3.2M`, `1.05G`, `0.25`: a count such as tokens seen, short.
+pub fn compact(v: f64) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    let a = v.abs();
+    let (scaled, unit) = match a {
+        a if a >= 1e12 => (v / 1e12, "T"),
+        a if a >= 1e9 => (v / 1e9, "G"),
+        a if a >= 1e6 => (v / 1e6, "M"),
+        a if a >= 1e4 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    let digits = match scaled.abs() {
+        s if s >= 100.0 || (unit.is_empty() && s == s.trunc()) => 0,
+        s if s >= 10.0 => 1,
+        _ => 2,
+    };
+    format!("{scaled:.digits$}{unit}")
 }
 
 /// `HH:MM:SS` of a unix time on the viewer's clock.
@@ -183,5 +211,16 @@ mod tests {
         assert_ne!(tick(0.00099, 1e-4), tick(0.00101, 1e-4));
         assert_eq!(tick(0.5, 1.0), "0.50");
         assert_eq!(tick(1500.0, 1000.0), "1500");
+    }
+
+    #[test]
+    fn counts_are_written_short() {
+        assert_eq!(compact(950.0), "950");
+        assert_eq!(compact(12_500.0), "12.5k");
+        assert_eq!(compact(3_200_000.0), "3.20M");
+        assert_eq!(compact(1.05e9), "1.05G");
+        assert_eq!(compact(0.25), "0.25");
+        assert_eq!(compact(-2e6), "-2.00M");
+        assert_eq!(Axis::parse("metric"), Some(Axis::Metric));
     }
 }

@@ -96,6 +96,7 @@ pub fn scene(ctx: &Ctx) -> Scene {
         started,
         selected,
         axis: ctx.axis.get_untracked(),
+        x_metric: ctx.x_metric.get_untracked(),
         window: ctx.window.get_untracked(),
         smoothing: ctx.smoothing.get_untracked(),
     }
@@ -236,10 +237,16 @@ fn fetch_windows(scene: &Scene, store: &Client, specs: &[crate::groups::ChartSpe
             let Some(run) = store.runs.get(id) else {
                 continue;
             };
+            let x_series = lines::x_series(scene, run);
             for (metric, _) in &spec.metrics {
                 if let Some(s) = run.series(metric) {
-                    if let Some(range) = lines::steps_in(scene.axis, s, scene.started[i], window) {
+                    let range = lines::steps_in(scene.axis, s, x_series, scene.started[i], window);
+                    if let Some(range) = range {
                         crate::fetch::request(id, metric, range, budget);
+                        // The x metric's own raw points, to place the line's in the window.
+                        if x_series.is_some() {
+                            crate::fetch::request(id, &scene.x_metric, range, budget);
+                        }
                     }
                 }
             }
@@ -264,6 +271,7 @@ fn draw_chart(
             label: &l.label,
             color: l.color,
             xs: &l.xs,
+            ordered: l.ordered,
             steps: &l.steps,
             values: &l.values,
             smoothed: smoothing.then_some(&l.smoothed[..]),
@@ -403,7 +411,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
     STORE.with(|store| {
         let store = store.borrow();
         for l in lines::gather(&scene, &store, spec) {
-            let Some(i) = stepstream_chart::data::Series::nearest(&l.xs, h.x) else {
+            let Some(i) = lines::nearest(&l, h.x) else {
                 continue;
             };
             let v = if scene.smoothing > 0.0 {

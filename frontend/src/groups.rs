@@ -51,6 +51,34 @@ pub struct ChartSpec {
     pub metrics: Vec<(String, String)>,
 }
 
+/// Whether a metric counts what training consumed (tokens, samples, epochs, FLOPs): the x
+/// a run is compared at across batch sizes, offered first on the x axis. Rates are not.
+pub fn is_count(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    let rate = ["per_sec", "per_second", "/s", "throughput", "_rate"]
+        .iter()
+        .any(|r| n.contains(r));
+    let count = [
+        "token", "sample", "epoch", "consumed", "flop", "seen", "images",
+    ]
+    .iter()
+    .any(|c| n.contains(c));
+    count && !rate
+}
+
+/// The metrics the x axis offers: counts first, then the others (per-layer ones aside,
+/// being hundreds), each sorted.
+pub fn x_candidates(charts: &[ChartSpec]) -> (Vec<String>, Vec<String>) {
+    let mut names: Vec<String> = charts
+        .iter()
+        .filter(|s| s.group != Group::Layers)
+        .flat_map(|s| s.metrics.iter().map(|(m, _)| m.clone()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names.into_iter().partition(|n| is_count(n))
+}
+
 const TRAINING: [&str; 9] = [
     "loss",
     "ppl",

@@ -6,7 +6,7 @@ use crate::frame::{self, geometry};
 use crate::pointer::{Drag, DRAG};
 use crate::state::{mark_dirty, Ctx, Hover, STORE};
 use leptos::prelude::*;
-use stepstream_chart::data::Series;
+use stepstream_chart::scale::Axis;
 
 fn offset_x(ev: &web_sys::MouseEvent) -> f64 {
     ev.offset_x() as f64
@@ -19,11 +19,12 @@ fn current_window(ctx: &Ctx, chart: &str) -> Option<(f64, f64)> {
 }
 
 fn set_window(ctx: &Ctx, (a, b): (f64, f64)) {
-    // Steps are whole: no window narrower than a few steps.
-    let min = if ctx.axis.get_untracked() == stepstream_chart::scale::Axis::Step {
-        4.0
-    } else {
-        1.0
+    // Steps are whole: no window narrower than a few steps. A metric may be a fraction
+    // (epoch): only a window too narrow for floats to tell its edges apart is widened.
+    let min = match ctx.axis.get_untracked() {
+        Axis::Step => 4.0,
+        Axis::Metric => a.abs().max(b.abs()).max(1.0) * 1e-9,
+        _ => 1.0,
     };
     let (a, b) = if b - a < min {
         let mid = (a + b) / 2.0;
@@ -90,7 +91,7 @@ fn nearest(ctx: &Ctx, chart: &str, x: f64) -> Option<(i64, f64)> {
         let store = store.borrow();
         crate::lines::gather(&scene, &store, spec)
             .iter()
-            .find_map(|l| Series::nearest(&l.xs, x).map(|i| (l.steps[i], l.times[i])))
+            .find_map(|l| crate::lines::nearest(l, x).map(|i| (l.steps[i], l.times[i])))
     })
 }
 
@@ -137,8 +138,8 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
             let mut rows = Vec::new();
             let mut head = None;
             for l in crate::lines::gather(&scene, &store, spec) {
-                let i = Series::nearest(&l.xs, x)?;
-                head.get_or_insert((l.steps[i], l.times[i]));
+                let i = crate::lines::nearest(&l, x)?;
+                head.get_or_insert((l.steps[i], l.times[i], l.xs[i]));
                 let raw = stepstream_chart::scale::value(l.values[i]);
                 rows.push(if scene.smoothing > 0.0 {
                     format!(
@@ -150,9 +151,18 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
                     format!("{}: {raw}", l.label)
                 });
             }
-            let (step, time) = head?;
+            let (step, time, at) = head?;
+            let x = if scene.axis == Axis::Metric {
+                format!(
+                    "{} {} · ",
+                    scene.x_metric,
+                    stepstream_chart::scale::value(at)
+                )
+            } else {
+                String::new()
+            };
             Some(format!(
-                "step {step} · {} · {}\n{}",
+                "{x}step {step} · {} · {}\n{}",
                 stepstream_chart::scale::clock(time),
                 spec.key,
                 rows.join("\n")

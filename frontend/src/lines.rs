@@ -2,6 +2,12 @@
 //! metric of the chart (one per device on a system chart), in the x of the chosen axis,
 //! with the raw points of the zoom window (fetched from the hub) in place of the compacted
 //! ones, and smoothed.
+//!
+//! On a metric axis (tokens seen, samples, epoch) a point's x is that metric's value at the
+//! point's step: joined by step, interpolated between the x metric's neighbouring points
+//! (either may be sparse or compacted), and the point left out where the run has no x
+//! around its step. An x that goes back (a restart counting tokens again) is drawn as it
+//! goes, not sorted.
 
 use crate::fetch;
 use crate::groups::ChartSpec;
@@ -9,7 +15,7 @@ use plotters::style::RGBColor;
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use stepstream_chart::client::Client;
-use stepstream_chart::data::{smooth, Series};
+use stepstream_chart::data::{smooth, RunData, Series};
 use stepstream_chart::scale::Axis;
 use stepstream_chart::theme::color_of;
 use stepstream_protocol::RunId;
@@ -20,6 +26,8 @@ pub struct Scene {
     pub labels: Vec<String>,
     pub started: Vec<f64>,
     pub axis: Axis,
+    /// The metric on the x axis when `axis` is `Axis::Metric`.
+    pub x_metric: String,
     pub window: Option<(f64, f64)>,
     pub smoothing: f64,
 }
@@ -32,6 +40,8 @@ pub struct LineData<'a> {
     pub color: RGBColor,
     pub steps: Cow<'a, [i64]>,
     pub xs: Cow<'a, [f64]>,
+    /// Whether `xs` ascends (a metric axis may go back).
+    pub ordered: bool,
     pub values: Cow<'a, [f64]>,
     pub times: Cow<'a, [f64]>,
     pub smoothed: Cow<'a, [f64]>,
@@ -47,10 +57,124 @@ pub struct LineData<'a> {
 
 fn xs_of<'a>(axis: Axis, s: &'a Series, started: f64) -> Cow<'a, [f64]> {
     match axis {
-        Axis::Step => Cow::Borrowed(&s.xs),
+        Axis::Step | Axis::Metric => Cow::Borrowed(&s.xs),
         Axis::Wall => Cow::Borrowed(&s.times),
         Axis::Relative => Cow::Owned(s.times.iter().map(|t| t - started).collect()),
     }
+}
+
+/// The run's series of the x metric, on a metric axis.
+pub fn x_series<'a>(scene: &Scene, run: &'a RunData) -> Option<&'a Series> {
+    (scene.axis == Axis::Metric)
+        .then(|| run.series(&scene.x_metric))
+        .flatten()
+}
+
+/// A run's x metric by step: its held points, with the zoom window's raw points in place of
+/// the held ones inside the fetched range. Steps ascend; non-finite values are left out.
+pub struct XMap {
+    steps: Vec<i64>,
+    xs: Vec<f64>,
+}
+
+impl XMap {
+    fn of(run: &RunId, metric: &str, held: &Series) -> XMap {
+        let detail = fetch::with_detail(run, metric, |d| {
+            (d.lo, d.hi, d.steps.clone(), d.values.clone())
+        });
+        let mut pairs: Vec<(i64, f64)> = match &detail {
+            None => held
+                .steps
+                .iter()
+                .copied()
+                .zip(held.values.iter().copied())
+                .collect(),
+            Some((lo, hi, steps, values)) => {
+                let a = held.steps.partition_point(|&s| s < *lo);
+                let b = held.steps.partition_point(|&s| s <= *hi);
+                let before = held.steps[..a].iter().zip(&held.values[..a]);
+                let after = held.steps[b..].iter().zip(&held.values[b..]);
+                before
+                    .chain(steps.iter().zip(values))
+                    .chain(after)
+                    .map(|(&s, &v)| (s, v))
+                    .collect()
+            }
+        };
+        pairs.retain(|p| p.1.is_finite());
+        XMap {
+            steps: pairs.iter().map(|p| p.0).collect(),
+            xs: pairs.iter().map(|p| p.1).collect(),
+        }
+    }
+
+    /// The x at `step`: the x metric's value there, or between its neighbouring points
+    /// (linear in the step); `None` outside its steps.
+    pub fn at(&self, step: i64) -> Option<f64> {
+        let i = self.steps.partition_point(|&s| s < step);
+        match (self.steps.get(i), i.checked_sub(1)) {
+            (Some(&s), _) if s == step => Some(self.xs[i]),
+            (Some(&s1), Some(j)) => {
+                let (s0, x0, x1) = (self.steps[j], self.xs[j], self.xs[i]);
+                Some(x0 + (x1 - x0) * (step - s0) as f64 / (s1 - s0) as f64)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Puts a line on the metric axis: each point at its step's x, those without one left out.
+fn join(line: &mut LineData<'_>, x: &XMap) {
+    let n = line.steps.len();
+    let (mut steps, mut xs, mut values, mut times, mut smoothed) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for k in 0..n {
+        if let Some(at) = x.at(line.steps[k]) {
+            steps.push(line.steps[k]);
+            xs.push(at);
+            values.push(line.values[k]);
+            times.push(line.times[k]);
+            smoothed.push(line.smoothed[k]);
+        }
+    }
+    line.ordered = xs.windows(2).all(|w| w[0] <= w[1]);
+    line.steps = Cow::Owned(steps);
+    line.xs = Cow::Owned(xs);
+    line.values = Cow::Owned(values);
+    line.times = Cow::Owned(times);
+    line.smoothed = Cow::Owned(smoothed);
+}
+
+/// Where `step` of `run` is on `axis` (on a metric axis, the run's x metric there).
+pub fn x_at_step(
+    axis: Axis,
+    x_metric: &str,
+    run: &RunId,
+    step: i64,
+    time: f64,
+    started: f64,
+) -> Option<f64> {
+    if axis != Axis::Metric {
+        return Some(axis.x(step, time, started));
+    }
+    crate::state::STORE.with(|store| {
+        let store = store.borrow();
+        let held = store.runs.get(run)?.series(x_metric)?;
+        XMap::of(run, x_metric, held).at(step)
+    })
+}
+
+/// The index of a line's point nearest `x` (searched in order when its x goes back).
+pub fn nearest(line: &LineData<'_>, x: f64) -> Option<usize> {
+    if line.ordered {
+        return Series::nearest(&line.xs, x);
+    }
+    (0..line.xs.len()).min_by(|&a, &b| (line.xs[a] - x).abs().total_cmp(&(line.xs[b] - x).abs()))
 }
 
 /// The lines of `spec` for the selected runs.
@@ -59,6 +183,12 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
     for (i, id) in scene.selected.iter().enumerate() {
         let Some(run) = store.runs.get(id) else {
             continue;
+        };
+        // A run without the x metric has no place on its axis.
+        let x_map = match x_series(scene, run) {
+            Some(held) => Some(XMap::of(id, &scene.x_metric, held)),
+            None if scene.axis == Axis::Metric => continue,
+            None => None,
         };
         for (metric, device) in &spec.metrics {
             let Some(s) = run.series(metric) else {
@@ -79,6 +209,9 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 steps
                     .into_iter()
                     .filter_map(|step| {
+                        if let Some(x) = &x_map {
+                            return x.at(step);
+                        }
                         let k = Series::nearest(&s.xs, step as f64)?;
                         Some(scene.axis.x(step, s.times[k], started))
                     })
@@ -97,6 +230,7 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 color,
                 steps: Cow::Borrowed(&s.steps),
                 xs: xs_of(scene.axis, s, started),
+                ordered: true,
                 values: Cow::Borrowed(&s.values),
                 times: Cow::Borrowed(&s.times),
                 smoothed: Cow::Borrowed(&s.smoothed),
@@ -108,6 +242,9 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
             };
             if let Some((x0, x1)) = scene.window {
                 merge_detail(&mut line, s, scene, started, (x0, x1));
+            }
+            if let Some(x) = &x_map {
+                join(&mut line, x);
             }
             out.push(line);
         }
@@ -143,7 +280,8 @@ fn merge_detail(line: &mut LineData<'_>, s: &Series, scene: &Scene, started: f64
             values.push(s.values[k]);
             times.push(s.times[k]);
             smoothed.push(s.smoothed[k]);
-            if scene.axis.x(s.steps[k], s.times[k], started) > w.1 {
+            // (On a metric axis the x of a step is known after the join: all are kept.)
+            if scene.axis != Axis::Metric && scene.axis.x(s.steps[k], s.times[k], started) > w.1 {
                 break;
             }
         }
@@ -165,10 +303,35 @@ fn merge_detail(line: &mut LineData<'_>, s: &Series, scene: &Scene, started: f64
     }
 }
 
-/// The step range of a run's series that the x window covers (with a neighbour each side).
-pub fn steps_in(axis: Axis, s: &Series, started: f64, (x0, x1): (f64, f64)) -> Option<(i64, i64)> {
+/// The step range of a run's series that the x window covers (with a neighbour each side);
+/// on a metric axis, that of the run's x metric `x` (whose x may go back: every point inside
+/// counts), the same for every metric of the run.
+pub fn steps_in(
+    axis: Axis,
+    s: &Series,
+    x: Option<&Series>,
+    started: f64,
+    (x0, x1): (f64, f64),
+) -> Option<(i64, i64)> {
     match axis {
         Axis::Step => Some((x0.floor() as i64, x1.ceil() as i64)),
+        Axis::Metric => {
+            let x = x?;
+            let inside = |k: &usize| (x0..=x1).contains(&x.values[*k]);
+            let last = x.values.len().checked_sub(1)?;
+            let (a, b) = match (0..=last).find(inside) {
+                Some(a) => (a, (0..=last).rev().find(inside).unwrap_or(a)),
+                // The window between two points: those two.
+                None => {
+                    let k = (0..last).find(|&k| {
+                        let (p, q) = (x.values[k], x.values[k + 1]);
+                        p.min(q) <= x0 && p.max(q) >= x1
+                    })?;
+                    (k, k + 1)
+                }
+            };
+            Some((x.steps[a.saturating_sub(1)], x.steps[(b + 1).min(last)]))
+        }
         _ => {
             // Searched in place: this runs every frame while zoomed, on every line.
             let x = |t: f64| axis.x(0, t, started);
@@ -188,6 +351,9 @@ pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64
     let mut data = std::collections::hash_map::DefaultHasher::new();
     let mut view = std::collections::hash_map::DefaultHasher::new();
     scene.axis.code().hash(&mut view);
+    if scene.axis == Axis::Metric {
+        scene.x_metric.hash(&mut view);
+    }
     scene
         .window
         .map(|(a, b)| (a.to_bits(), b.to_bits()))
@@ -201,6 +367,12 @@ pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64
         run.alerts.len().hash(&mut data);
         run.commands.len().hash(&mut data);
         run.command_steps().hash(&mut data);
+        if let Some(x) = x_series(scene, run) {
+            x.version.hash(&mut data);
+            if scene.window.is_some() {
+                fetch::with_detail(id, &scene.x_metric, |d| d.version).hash(&mut view);
+            }
+        }
         for (metric, _) in &spec.metrics {
             if let Some(s) = run.series(metric) {
                 // While zoomed, points beyond the window do not change the picture.

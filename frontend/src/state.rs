@@ -104,6 +104,8 @@ pub struct Ctx {
     pub window: RwSignal<Option<(f64, f64)>>,
     pub smoothing: RwSignal<f64>,
     pub axis: RwSignal<Axis>,
+    /// The run metric on the x axis while `axis` is `Axis::Metric`.
+    pub x_metric: RwSignal<String>,
     pub theme: RwSignal<ThemePref>,
     pub chart_opts: RwSignal<HashMap<String, ChartOpts>>,
     pub enlarged: RwSignal<Option<String>>,
@@ -153,6 +155,7 @@ impl Ctx {
             window: RwSignal::new(view.window),
             smoothing: RwSignal::new(view.smoothing),
             axis: RwSignal::new(view.axis),
+            x_metric: RwSignal::new(view.x_metric),
             theme: RwSignal::new(view.theme),
             chart_opts: RwSignal::new(HashMap::new()),
             enlarged: RwSignal::new(None),
@@ -183,6 +186,7 @@ impl Ctx {
             window: self.window.get(),
             smoothing: self.smoothing.get(),
             axis: self.axis.get(),
+            x_metric: self.x_metric.get(),
             theme: self.theme.get(),
             lang: Some(self.lang.get()),
         }
@@ -212,6 +216,7 @@ impl Ctx {
         self.window.set(view.window);
         self.set_smoothing(view.smoothing);
         self.axis.set(view.axis);
+        self.x_metric.set(view.x_metric);
         self.theme.set(view.theme);
         if let Some(l) = view.lang {
             self.lang.set(l);

@@ -67,6 +67,8 @@ pub struct View {
     /// Smoothing weight, 0 (none) to 0.99.
     pub smoothing: f64,
     pub axis: Axis,
+    /// The metric on the x axis when `axis` is [`Axis::Metric`] (`axis=metric:tokens_seen`).
+    pub x_metric: String,
     pub theme: ThemePref,
     pub lang: Option<Lang>,
 }
@@ -106,13 +108,24 @@ impl View {
             (Some(a), Some(b)) if b > a => Some((a, b)),
             _ => None,
         };
+        let (axis, x_metric) = match get("axis") {
+            Some(a) => match a.strip_prefix("metric:").filter(|m| !m.is_empty()) {
+                Some(metric) => (Axis::Metric, metric.to_string()),
+                None => (
+                    Axis::parse(&a)
+                        .filter(|a| *a != Axis::Metric)
+                        .unwrap_or_default(),
+                    String::new(),
+                ),
+            },
+            None => (Axis::Step, String::new()),
+        };
         View {
             runs,
             window,
             smoothing: num("smooth").unwrap_or(0.0).clamp(0.0, 0.99),
-            axis: get("axis")
-                .and_then(|a| Axis::parse(&a))
-                .unwrap_or_default(),
+            axis,
+            x_metric,
             theme: get("theme")
                 .and_then(|t| ThemePref::parse(&t))
                 .or_else(remembered_theme)
@@ -151,8 +164,10 @@ impl View {
                 &format!("{}", (self.smoothing * 100.0).round() / 100.0),
             );
         }
-        if self.axis != Axis::Step {
-            q.set("axis", self.axis.code());
+        match self.axis {
+            Axis::Step => {}
+            Axis::Metric => q.set("axis", &format!("metric:{}", self.x_metric)),
+            a => q.set("axis", a.code()),
         }
         if self.theme != ThemePref::Auto {
             q.set("theme", self.theme.code());

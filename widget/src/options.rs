@@ -133,7 +133,9 @@ impl Options {
             return Err(format!("hub={hub:?}: give the hub's http(s) address"));
         }
         let axis = match get("x") {
+            // A metric as x is the web app's (it joins each line to the metric).
             Some(x) => Axis::parse(x.trim())
+                .filter(|a| *a != Axis::Metric)
                 .ok_or_else(|| format!("x={x:?}: use step, wall or relative"))?,
             None => Axis::Step,
         };

@@ -462,6 +462,7 @@ impl View {
                 label: &o.label,
                 color: o.color,
                 xs: o.xs.as_deref().unwrap_or(&o.series.xs),
+                ordered: true,
                 steps: &o.series.steps,
                 values: &o.series.values,
                 smoothed: o.smoothed.as_deref(),

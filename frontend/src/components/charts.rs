@@ -36,13 +36,36 @@ pub fn Toolbar(ctx: Ctx) -> impl IntoView {
             </label>
             <label>{move || t(lang.get(), Text::XAxis)}
                 <select class="axis" on:change=move |ev| {
-                    ctx.axis.set(Axis::parse(&event_target_value(&ev)).unwrap_or_default());
+                    let v = event_target_value(&ev);
+                    match v.strip_prefix("metric:") {
+                        Some(m) => {
+                            ctx.x_metric.set(m.to_string());
+                            ctx.axis.set(Axis::Metric);
+                        }
+                        None => ctx.axis.set(Axis::parse(&v).unwrap_or_default()),
+                    }
                     ctx.follow();
                 }>
                     {[(Axis::Step, Text::AxisStep), (Axis::Wall, Text::AxisWall), (Axis::Relative, Text::AxisRelative)]
                         .into_iter().map(|(a, txt)| view! {
                             <option value=a.code() prop:selected=move || ctx.axis.get() == a>{move || t(lang.get(), txt)}</option>
                         }).collect_view()}
+                    {move || {
+                        let (counts, others) = ctx.charts.with(|c| crate::groups::x_candidates(c));
+                        // The chosen metric stays listed while no selected run has it yet.
+                        let chosen = (ctx.axis.get() == Axis::Metric).then(|| ctx.x_metric.get());
+                        let missing = chosen.clone().filter(|m| !counts.contains(m) && !others.contains(m));
+                        let option = move |m: String| {
+                            let selected = chosen.as_ref() == Some(&m);
+                            view! { <option value=format!("metric:{m}") selected=selected>{m.clone()}</option> }
+                        };
+                        let counts = counts.into_iter().chain(missing).map(option.clone()).collect_view();
+                        let others = others.into_iter().map(option).collect_view();
+                        view! {
+                            <optgroup label=move || t(lang.get(), Text::AxisCounts)>{counts}</optgroup>
+                            <optgroup label=move || t(lang.get(), Text::AxisMetrics)>{others}</optgroup>
+                        }
+                    }}
                 </select>
             </label>
             <button class="follow" class:active=move || ctx.window.with(Option::is_none)

@@ -19,10 +19,18 @@ fn crosshair_at(ctx: &Ctx, line: &Line) {
             .find(|r| r.run_id == line.run)
             .map_or(0.0, |r| r.started_at)
     });
-    let x = ctx
-        .axis
-        .get_untracked()
-        .x(line.step, line.wall_time, started);
+    let x = crate::lines::x_at_step(
+        ctx.axis.get_untracked(),
+        &ctx.x_metric.get_untracked(),
+        &line.run,
+        line.step,
+        line.wall_time,
+        started,
+    );
+    ctx.console_step.set(Some(line.step));
+    let Some(x) = x else {
+        return;
+    };
     ctx.hover.set(Some(Hover {
         x,
         chart: String::new(),
@@ -30,7 +38,6 @@ fn crosshair_at(ctx: &Ctx, line: &Line) {
         page_x: 0.0,
         page_y: 0.0,
     }));
-    ctx.console_step.set(Some(line.step));
     crate::frame::overlay_dirty();
 }
 

@@ -1,0 +1,185 @@
+//! The views runs are compared with, in headless Chromium: any metric of the runs as the x
+//! axis (two batch sizes compared at equal tokens seen, live and zoomed to raw points).
+
+use crate::browser::Browser;
+use crate::charts::{at_x, hooks, open_run, tooltip, wait_hooks};
+use crate::util::*;
+use std::time::Duration;
+use stepstream_collector::{Collector, Options, Outcome};
+
+/// Tokens in one sample.
+const SEQ: f64 = 128.0;
+
+/// The loss both runs follow as a function of the tokens they have seen: equal tokens,
+/// equal loss, whatever the batch size.
+fn loss_at(tokens: f64) -> f64 {
+    1.0 + 3.0 * (-tokens / 8e6).exp()
+}
+
+/// The value a tooltip gives `label`'s line (`label: 1.2345` or `label: 1.2 (raw 1.3)`).
+fn value_of(tip: &str, label: &str) -> f64 {
+    let at = tip
+        .find(&format!("{label}: "))
+        .unwrap_or_else(|| panic!("{label} in {tip:?}"))
+        + label.len()
+        + 2;
+    let number: String = tip[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || ".-e".contains(*c))
+        .collect();
+    number
+        .parse()
+        .unwrap_or_else(|_| panic!("{number:?} in {tip:?}"))
+}
+
+/// Hovers `x` on the loss chart and reads both runs' values from the tooltip.
+fn hover_values(page: &mut Browser, x: f64) -> (String, f64, f64) {
+    page.eval(
+        "document.querySelector('canvas[data-chart=\"loss\"]').scrollIntoView({ block: 'center' })",
+    );
+    let h = hooks(page, "loss");
+    let (px, py) = at_x(&h, x);
+    page.mouse_move(px, py);
+    let tip = tooltip(page);
+    let (a, b) = (value_of(&tip, "batch-512"), value_of(&tip, "batch-2048"));
+    (tip, a, b)
+}
+
+/// Logs steps `from..to` of a run of `batch` samples a step: the loss every `loss_every`
+/// steps, the tokens seen every `tokens_every` steps (both sparse: the page joins by step).
+fn log_steps(
+    run: &Collector,
+    batch: f64,
+    (from, to): (i64, i64),
+    loss_every: i64,
+    tokens_every: i64,
+) {
+    for step in from..to {
+        let tokens = step as f64 * batch * SEQ;
+        let mut values = Vec::new();
+        if step % loss_every == 0 {
+            values.push(("loss", loss_at(tokens)));
+        }
+        if step % tokens_every == 0 {
+            values.push(("tokens_seen", tokens));
+        }
+        if !values.is_empty() {
+            run.log(step, &values);
+        }
+    }
+    run.flush();
+}
+
+#[test]
+fn runs_of_two_batch_sizes_match_at_equal_tokens_on_a_tokens_axis_live_and_zoomed() {
+    let hub = Hub::start(&[]);
+    let small = Collector::start(Options::new(&hub.ws(), "views", "batch-512")).unwrap();
+    let large = Collector::start(Options::new(&hub.ws(), "views", "batch-2048")).unwrap();
+    // batch-512: a loss every step, tokens every 5th step; batch-2048: tokens every step,
+    // a loss every 2nd. Half of each before the page opens.
+    log_steps(&small, 512.0, (0, 200), 1, 5);
+    log_steps(&large, 2048.0, (0, 50), 2, 1);
+    let ids = [small.run_id().to_string(), large.run_id().to_string()];
+    let mut page = open_run(&hub, &[&ids[0], &ids[1]], "");
+    wait_hooks(
+        &mut page,
+        "both lines",
+        "loss",
+        "h.lines.split('|').length == 2",
+    );
+
+    // On the step axis the runs differ at one step (the large batch saw 4x the tokens).
+    let h = hooks(&mut page, "loss");
+    let (x, y) = at_x(&h, 40.0);
+    page.mouse_move(x, y);
+    let tip = tooltip(&mut page);
+    let (a, b) = (value_of(&tip, "batch-512"), value_of(&tip, "batch-2048"));
+    assert!((a - b).abs() > 0.3, "the step axis tells them apart: {tip}");
+
+    // The x axis offers the tokens seen first; choosing it puts it in the address.
+    let offered = page.wait(
+        "tokens offered as x",
+        Duration::from_secs(15),
+        "(() => { const o = [...document.querySelectorAll('select.axis optgroup:first-of-type option')]; \
+         return o.some(o => o.value == 'metric:tokens_seen') ? o.map(o => o.value) : null; })()",
+    );
+    assert!(!offered.to_string().contains("loss"), "{offered}");
+    page.eval(
+        "(() => { const s = document.querySelector('select.axis'); s.value = 'metric:tokens_seen'; \
+         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
+    );
+    let joined = wait_hooks(&mut page, "the tokens axis", "loss", "h.axis == 'metric'");
+    // The whole of both runs as far as their tokens go: the small run's losses after its
+    // last tokens (step 195) have no x yet; the large run's last loss is at step 48.
+    let x1 = joined["x1"].as_f64().unwrap();
+    assert!((x1 - 195.0 * 512.0 * SEQ).abs() < 1.0, "{joined}");
+    let search = page.eval("location.search").as_str().unwrap().to_string();
+    assert!(search.contains("axis=metric%3Atokens_seen"), "{search}");
+
+    // The rest streams while the page watches: the axis follows the new tokens.
+    log_steps(&small, 512.0, (200, 400), 1, 5);
+    log_steps(&large, 2048.0, (50, 100), 2, 1);
+    let end = 395.0 * 512.0 * SEQ;
+    let live = wait_hooks(
+        &mut page,
+        "the live edge in tokens",
+        "loss",
+        &format!("Math.abs(h.x1 - {end}) < 1"),
+    );
+    assert_eq!(live["axis"], "metric", "{live}");
+
+    // At equal tokens, equal loss: 40 large steps = 160 small ones = 10,485,760 tokens (a
+    // point of both runs; the small run's tokens there are interpolated from steps 155, 160).
+    let tokens = 40.0 * 2048.0 * SEQ;
+    let (tip, a, b) = hover_values(&mut page, tokens);
+    assert!(tip.contains("tokens_seen"), "{tip}");
+    let want = loss_at(tokens);
+    assert!(
+        (a - want).abs() < 2e-3 && (b - want).abs() < 2e-3,
+        "{want} vs {tip}"
+    );
+
+    // Zoom around those tokens until the hub answers raw points, then compare again.
+    for _ in 0..40 {
+        let h = hooks(&mut page, "loss");
+        if h["x1"].as_f64().unwrap() - h["x0"].as_f64().unwrap() < 3e6 {
+            break;
+        }
+        let (x, y) = at_x(&h, tokens);
+        page.wheel(x, y, -120.0);
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let zoomed = wait_hooks(
+        &mut page,
+        "raw points of the tokens window",
+        "loss",
+        "h.x1 - h.x0 < 3e6 && h.detail > 0 && h.fetching == 0",
+    );
+    let (x0, x1) = (
+        zoomed["x0"].as_f64().unwrap(),
+        zoomed["x1"].as_f64().unwrap(),
+    );
+    assert!(x0 < tokens && tokens < x1, "{zoomed}");
+    let (tip, a, b) = hover_values(&mut page, tokens);
+    assert!(
+        (a - want).abs() < 2e-3 && (b - want).abs() < 2e-3,
+        "zoomed: {want} vs {tip}"
+    );
+    page.screenshot("views-tokens-axis");
+
+    // The address reopens the same axis in another browser.
+    let address = page.eval("location.href").as_str().unwrap().to_string();
+    drop(page);
+    let mut other = Browser::open(&address);
+    let again = wait_hooks(
+        &mut other,
+        "the axis from the address",
+        "loss",
+        "h.axis == 'metric'",
+    );
+    assert!(again["x0"].as_f64().unwrap() < tokens, "{again}");
+    let chosen = other.eval("document.querySelector('select.axis').value");
+    assert_eq!(chosen, "metric:tokens_seen");
+    assert!(small.finish(Outcome::Finished).delivered);
+    assert!(large.finish(Outcome::Finished).delivered);
+}
