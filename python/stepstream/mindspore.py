@@ -8,7 +8,8 @@
 
 Per step the callback records ``loss``, the learning rate actually applied at that step,
 ``grad_norm`` (when the train cell returns it), ``step_time``, ``samples_per_sec``,
-``tokens_per_sec`` (when ``seq_len`` is given), ``perplexity`` (``perplexity=True``, for
+``tokens_per_sec`` (when ``seq_len`` is given), ``samples_seen`` and ``tokens_seen`` (the
+running totals, the x axis on which runs of different batch sizes compare), ``perplexity`` (``perplexity=True``, for
 language models), ``epoch``, ``loss_scale`` and ``overflow`` (loss-scale cells and
 MindFormers' 4/5/7-tuples), ``data_wait`` (time between the previous step's end and this
 step's start: the wait for the next batch), ``batch_size`` and ``empty_batch``.
@@ -195,6 +196,10 @@ class StepStreamCallback(Callback):
         self.samples_every = max(1, int(samples_every))
         self._lr_reader = None
         self._batch: Optional[int] = None
+        # Samples trained on so far, and the step they were counted to (a sink of several
+        # steps ends once: its steps all count).
+        self._samples_seen = 0.0
+        self._counted_to: Optional[int] = None
         # A schedule's values for global steps [_chunk_start, _chunk_start + len(_chunk)).
         self._chunk = None
         self._chunk_start = 0
@@ -351,8 +356,13 @@ class StepStreamCallback(Callback):
                 rec["batch_size"] = batch
                 rec["empty_batch"] = 1.0 if batch == 0 else 0.0
                 rec["samples_per_sec"] = batch / step_time
+                since = step - self._counted_to if self._counted_to is not None else step
+                self._samples_seen += batch * max(since, 0)
+                self._counted_to = step
+                rec["samples_seen"] = self._samples_seen
                 if self.seq_len:
                     rec["tokens_per_sec"] = batch * self.seq_len / step_time
+                    rec["tokens_seen"] = self._samples_seen * self.seq_len
         sink = p.get("sink_size") if hasattr(p, "get") else None
         if sink:
             rec["sink_size"] = sink

@@ -56,6 +56,9 @@ def test_every_step_lr_gradnorm_and_csv_match(hub, tmp_path):
 
     samples = hub.series(run.run_id, "batch_size")
     assert set(samples.values()) == {8.0}
+    # The running total of samples: the x on which runs of other batch sizes compare.
+    seen = hub.series(run.run_id, "samples_seen")
+    assert seen == {step: 8.0 * step for step in range(1, steps + 1)}
     epochs = hub.series(run.run_id, "epoch")
     assert epochs[1] == 1 and epochs[24] == 3
 
