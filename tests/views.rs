@@ -183,3 +183,192 @@ fn runs_of_two_batch_sizes_match_at_equal_tokens_on_a_tokens_axis_live_and_zoome
     assert!(small.finish(Outcome::Finished).delivered);
     assert!(large.finish(Outcome::Finished).delivered);
 }
+
+/// The loss of seed `k` at `step`: a shared curve and a seed's own wiggle.
+fn seed_loss(k: usize, step: i64) -> f64 {
+    2.0 / (1.0 + step as f64 * 0.02) + 0.3 * ((step as f64) * 0.37 + k as f64 * 2.1).sin()
+}
+
+/// A group's row in a tooltip: `label: mean [low .. high]`.
+fn band_of(tip: &str, label: &str) -> (f64, f64, f64) {
+    let row = tip
+        .lines()
+        .flat_map(|l| l.split(label).nth(1))
+        .next()
+        .unwrap_or_else(|| panic!("{label} in {tip:?}"));
+    let numbers: Vec<f64> = row
+        .split(|c: char| !(c.is_ascii_digit() || ".-e".contains(c)))
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    assert!(numbers.len() >= 3, "{row:?} in {tip:?}");
+    (numbers[0], numbers[1], numbers[2])
+}
+
+#[test]
+fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_live() {
+    let hub = Hub::start(&[]);
+    let start = |name: &str, config: serde_json::Value| {
+        let mut o = Options::new(&hub.ws(), "views", name);
+        o.config_json = config.to_string();
+        Collector::start(o).unwrap()
+    };
+    let seeds: Vec<Collector> = (0..3)
+        .map(|k| {
+            start(
+                &format!("wide-seed{k}"),
+                serde_json::json!({"optim": {"lr": 0.1}, "seed": k}),
+            )
+        })
+        .collect();
+    let alone = start(
+        "narrow",
+        serde_json::json!({"optim": {"lr": 0.2}, "seed": 0}),
+    );
+    let log = |from: i64, to: i64| {
+        for step in from..to {
+            for (k, run) in seeds.iter().enumerate() {
+                run.log(step, &[("loss", seed_loss(k, step))]);
+            }
+            alone.log(step, &[("loss", 5.0)]);
+        }
+        seeds.iter().for_each(|r| r.flush());
+        alone.flush();
+    };
+    log(0, 150);
+    let mut ids: Vec<String> = seeds.iter().map(|r| r.run_id().to_string()).collect();
+    ids.push(alone.run_id().to_string());
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut page = open_run(&hub, &refs, "");
+    wait_hooks(
+        &mut page,
+        "four lines",
+        "loss",
+        "h.lines.split('|').length == 4",
+    );
+
+    // Group by the config key `optim.lr`, picked from the selected runs' keys.
+    page.eval("document.querySelector('select.group-by').dispatchEvent(new Event('focus'))");
+    page.wait(
+        "the config keys offered",
+        Duration::from_secs(15),
+        "[...document.querySelectorAll('select.group-by option')].some(o => o.value == 'cfg:optim.lr')",
+    );
+    page.eval(
+        "(() => { const s = document.querySelector('select.group-by'); s.value = 'cfg:optim.lr'; \
+         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
+    );
+    let group = "optim.lr=0.1 (3 runs)";
+    let h = wait_hooks(
+        &mut page,
+        "one group and the run alone",
+        "loss",
+        &format!("h.lines == '{group}|narrow'"),
+    );
+    assert!(
+        h["y1"].as_f64().unwrap() > 5.0,
+        "the run alone keeps its own line: {h}"
+    );
+    assert!(page
+        .eval("location.search")
+        .as_str()
+        .unwrap()
+        .contains("group=cfg%3Aoptim.lr"));
+
+    // At each step the group's line is the seeds' mean and its band spans all three.
+    let check = |page: &mut Browser, step: i64, what: &str| {
+        page.eval("document.querySelector('canvas[data-chart=\"loss\"]').scrollIntoView({ block: 'center' })");
+        let h = hooks(page, "loss");
+        let (x, y) = at_x(&h, step as f64);
+        page.mouse_move(x, y);
+        let tip = page.wait(
+            "the tooltip at the step",
+            Duration::from_secs(15),
+            &format!(
+                "(() => {{ const t = document.querySelector('[data-testid=tooltip]'); \
+                 return t && t.textContent.includes('step {step} ') ? t.textContent : null; }})()"
+            ),
+        );
+        let tip = tip.as_str().unwrap().to_string();
+        let (mean, lo, hi) = band_of(&tip, &format!("{group}: "));
+        let values: Vec<f64> = (0..3).map(|k| seed_loss(k, step)).collect();
+        let want = values.iter().sum::<f64>() / 3.0;
+        assert!(
+            (mean - want).abs() < 1e-3,
+            "{what} at step {step}: mean {mean} vs {want}: {tip}"
+        );
+        let (min, max) = values
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+        assert!(
+            lo <= min + 1e-4 && hi >= max - 1e-4,
+            "{what} at {step}: [{lo}, {hi}] vs {values:?}"
+        );
+        assert!(
+            (lo - min).abs() < 1e-3 && (hi - max).abs() < 1e-3,
+            "{what} at {step}: tight band"
+        );
+        (mean, lo, hi)
+    };
+    for step in [3, 17, 50, 88, 121, 140] {
+        check(&mut page, step, "history");
+    }
+    page.screenshot("views-group-band");
+
+    // Live: the band moves as the seeds stream.
+    log(150, 300);
+    wait_hooks(
+        &mut page,
+        "the group's live edge",
+        "loss",
+        "h.lastStep == 299",
+    );
+    for step in [160, 222, 297] {
+        check(&mut page, step, "live");
+    }
+
+    // The members on demand, in the group's shades; a standard-deviation band.
+    page.eval("document.querySelector('input.group-members').click()");
+    let shown = wait_hooks(
+        &mut page,
+        "the members too",
+        "loss",
+        "h.lines.split('|').length == 5",
+    );
+    assert!(
+        shown["lines"].as_str().unwrap().contains("wide-seed1"),
+        "{shown}"
+    );
+    page.eval(
+        "(() => { const s = document.querySelector('select.group-band'); s.value = 'std'; \
+         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
+    );
+    page.wait(
+        "the std band in the address",
+        Duration::from_secs(15),
+        "location.search.includes('band=std')",
+    );
+    let step = 88;
+    let h = hooks(&mut page, "loss");
+    let (x, y) = at_x(&h, step as f64);
+    page.mouse_move(x, y);
+    let tip = page.wait(
+        "the std band",
+        Duration::from_secs(15),
+        &format!(
+            "(() => {{ const t = document.querySelector('[data-testid=tooltip]'); \
+             return t && t.textContent.includes('step {step} ') ? t.textContent : null; }})()"
+        ),
+    );
+    let (mean, lo, hi) = band_of(tip.as_str().unwrap(), &format!("{group}: "));
+    let values: Vec<f64> = (0..3).map(|k| seed_loss(k, step)).collect();
+    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+    assert!(
+        (hi - mean - std).abs() < 2e-3 && (mean - lo - std).abs() < 2e-3,
+        "{tip}"
+    );
+    page.screenshot("views-group-members");
+    for run in seeds {
+        assert!(run.finish(Outcome::Finished).delivered);
+    }
+    assert!(alone.finish(Outcome::Finished).delivered);
+}

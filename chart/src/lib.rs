@@ -82,6 +82,9 @@ pub struct Line<'a> {
     pub values: &'a [f64],
     /// The smoothed values, drawn over a faint raw line, when smoothing is on.
     pub smoothed: Option<&'a [f64]>,
+    /// A band around the line (a group's min-max or +/- std), lower and upper edges
+    /// parallel to `xs`: filled faintly in the line's colour, under every line.
+    pub band: Option<(&'a [f64], &'a [f64])>,
     /// x of the alerts that fired on this line's run: dashed verticals.
     pub markers: &'a [f64],
     /// x of the commands its training acted on (a note, a checkpoint, a stop), each with
@@ -224,6 +227,13 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
             let inside = |p: &&(f64, f64)| p.0 >= x0 && p.0 <= x1;
             ys.extend(k.raw.iter().filter(inside).map(|p| p.1));
             ys.extend(k.smooth.iter().filter(inside).map(|p| p.1));
+            if let Some((lo, hi)) = l.band {
+                for (i, x) in l.xs.iter().enumerate() {
+                    if (x0..=x1).contains(x) {
+                        ys.extend([lo[i], hi[i]].into_iter().filter_map(|v| to_y(v, o.log)));
+                    }
+                }
+            }
             k
         })
         .collect();
@@ -268,6 +278,38 @@ pub fn draw(canvas: &HtmlCanvasElement, lines: &[Line<'_>], o: &Options<'_>) -> 
     let mut drawn = Drawn::default();
     let clamp = |p: &(f64, f64)| (p.0, p.1.clamp(y0, y1));
     let width = |w: f64| (w * dpr).max(1.0) as u32;
+    // Bands first, so every line is drawn over them. A gap in a band (no member there, or
+    // an edge that cannot be placed) splits it.
+    for l in lines {
+        let Some((lo, hi)) = l.band else {
+            continue;
+        };
+        let mut part: Vec<(f64, f64, f64)> = Vec::new();
+        let fill = |part: &mut Vec<(f64, f64, f64)>| {
+            let outline: Vec<(f64, f64)> = part
+                .iter()
+                .map(|p| (p.0, p.2))
+                .chain(part.iter().rev().map(|p| (p.0, p.1)))
+                .map(|p| clamp(&p))
+                .collect();
+            part.clear();
+            (outline.len() >= 4).then_some(outline)
+        };
+        let mut polygons = Vec::new();
+        for i in 0..l.xs.len().min(lo.len()).min(hi.len()) {
+            match (to_y(lo[i], o.log), to_y(hi[i], o.log)) {
+                (Some(a), Some(b)) => part.push((l.xs[i], a, b)),
+                _ => polygons.extend(fill(&mut part)),
+            }
+        }
+        polygons.extend(fill(&mut part));
+        let style = l.color.mix(0.18).filled();
+        for outline in polygons {
+            chart
+                .draw_series(std::iter::once(Polygon::new(outline, style)))
+                .ok()?;
+        }
+    }
     for (l, k) in lines.iter().zip(&kept) {
         let color = l.color;
         drawn.drawn += k.raw.len();
@@ -423,6 +465,7 @@ mod tests {
             steps: &[],
             values: &[],
             smoothed: None,
+            band: None,
             markers: &[],
             notes: &[],
         };

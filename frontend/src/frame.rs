@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use stepstream_chart::client::Client;
 use stepstream_chart::{self as chart, theme, Geometry};
+use stepstream_protocol::RunId;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -79,6 +80,42 @@ fn now() -> f64 {
         .map_or(0.0, |p| p.now())
 }
 
+/// Each selected run's group. Configs are read from the run list's (asked for again, at
+/// most every 5 s, while a selected run started after they were read).
+fn group_keys(
+    ctx: &Ctx,
+    grouping: &crate::bands::Grouping,
+    selected: &[RunId],
+    runs: &[stepstream_protocol::RunSummary],
+) -> Vec<(RunId, Option<String>)> {
+    use crate::bands::{key_of, GroupBy};
+    if grouping.by == GroupBy::None {
+        return Vec::new();
+    }
+    let by_config = matches!(grouping.by, GroupBy::Config(_));
+    ctx.configs.with_untracked(|configs| {
+        let missing = configs
+            .as_ref()
+            .is_none_or(|c| selected.iter().any(|id| !c.contains_key(id)));
+        if by_config && missing {
+            thread_local! { static ASKED: std::cell::Cell<f64> = const { std::cell::Cell::new(-1e9) }; }
+            if ASKED.with(|a| now() - a.get() > 5_000.0) {
+                ASKED.with(|a| a.set(now()));
+                ctx.load_configs();
+            }
+        }
+        selected
+            .iter()
+            .map(|id| {
+                let run = runs.iter().find(|r| &r.run_id == id);
+                let config = configs.as_ref().and_then(|c| c.get(id)).map(|c| &c[..]);
+                let (job, name) = run.map_or(("", ""), |r| (r.job.as_str(), r.name.as_str()));
+                (id.clone(), key_of(&grouping.by, job, config, name))
+            })
+            .collect()
+    })
+}
+
 /// The scene of this frame, from the reactive state (untracked: the loop is not reactive).
 pub fn scene(ctx: &Ctx) -> Scene {
     let selected = ctx.selected.get_untracked();
@@ -91,12 +128,16 @@ pub fn scene(ctx: &Ctx) -> Scene {
                 .map_or(0.0, |r| r.started_at)
         })
         .collect();
+    let grouping = ctx.grouping.get_untracked();
+    let group_keys = group_keys(ctx, &grouping, &selected, &runs);
     Scene {
         labels: selected.iter().map(|id| ctx.label(id)).collect(),
         started,
         selected,
         axis: ctx.axis.get_untracked(),
         x_metric: ctx.x_metric.get_untracked(),
+        grouping,
+        group_keys,
         window: ctx.window.get_untracked(),
         smoothing: ctx.smoothing.get_untracked(),
     }
@@ -263,7 +304,7 @@ fn draw_chart(
     style: &theme::Theme,
     (fingerprint, css_size): ((u64, u64), (i32, i32)),
 ) {
-    let lines = lines::gather(scene, store, spec);
+    let lines = lines::drawn(scene, store, spec);
     let smoothing = scene.smoothing > 0.0;
     let chart_lines: Vec<chart::Line<'_>> = lines
         .iter()
@@ -275,6 +316,7 @@ fn draw_chart(
             steps: &l.steps,
             values: &l.values,
             smoothed: smoothing.then_some(&l.smoothed[..]),
+            band: l.band.as_ref().map(|(lo, hi)| (&lo[..], &hi[..])),
             markers: &l.markers,
             notes: &l.notes,
         })
@@ -410,7 +452,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
     };
     STORE.with(|store| {
         let store = store.borrow();
-        for l in lines::gather(&scene, &store, spec) {
+        for l in lines::drawn(&scene, &store, spec) {
             let Some(i) = lines::nearest(&l, h.x) else {
                 continue;
             };

@@ -89,7 +89,7 @@ fn nearest(ctx: &Ctx, chart: &str, x: f64) -> Option<(i64, f64)> {
     let spec = specs.iter().find(|s| s.key == chart)?;
     STORE.with(|store| {
         let store = store.borrow();
-        crate::lines::gather(&scene, &store, spec)
+        crate::lines::drawn(&scene, &store, spec)
             .iter()
             .find_map(|l| crate::lines::nearest(l, x).map(|i| (l.steps[i], l.times[i])))
     })
@@ -137,18 +137,23 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
             let store = store.borrow();
             let mut rows = Vec::new();
             let mut head = None;
-            for l in crate::lines::gather(&scene, &store, spec) {
+            for l in crate::lines::drawn(&scene, &store, spec) {
                 let i = crate::lines::nearest(&l, x)?;
                 head.get_or_insert((l.steps[i], l.times[i], l.xs[i]));
                 let raw = stepstream_chart::scale::value(l.values[i]);
+                // A group: its band at that point, `[low .. high]`.
+                let band = l.band.as_ref().map_or(String::new(), |(lo, hi)| {
+                    let v = stepstream_chart::scale::value;
+                    format!(" [{} .. {}]", v(lo[i]), v(hi[i]))
+                });
                 rows.push(if scene.smoothing > 0.0 {
                     format!(
-                        "{}: {} (raw {raw})",
+                        "{}: {} (raw {raw}){band}",
                         l.label,
                         stepstream_chart::scale::value(l.smoothed[i])
                     )
                 } else {
-                    format!("{}: {raw}", l.label)
+                    format!("{}: {raw}{band}", l.label)
                 });
             }
             let (step, time, at) = head?;

@@ -19,6 +19,7 @@
 //! Each chart canvas carries test hooks (`data-points`, `data-drawn`, `data-last-step`,
 //! `data-out-of-order`, `data-x0`/`data-x1`, `data-detail`, ...; see `frame.rs`).
 
+pub mod bands;
 pub mod components;
 pub mod config;
 pub mod console;

@@ -28,6 +28,9 @@ pub struct Scene {
     pub axis: Axis,
     /// The metric on the x axis when `axis` is `Axis::Metric`.
     pub x_metric: String,
+    pub grouping: crate::bands::Grouping,
+    /// Each selected run's group under `grouping` (`None`: it stands alone).
+    pub group_keys: Vec<(RunId, Option<String>)>,
     pub window: Option<(f64, f64)>,
     pub smoothing: f64,
 }
@@ -45,6 +48,8 @@ pub struct LineData<'a> {
     pub values: Cow<'a, [f64]>,
     pub times: Cow<'a, [f64]>,
     pub smoothed: Cow<'a, [f64]>,
+    /// A group's band (lower, upper), parallel to `xs`.
+    pub band: Option<(Vec<f64>, Vec<f64>)>,
     pub markers: Vec<f64>,
     /// x of the commands the run's training acted on (notes, checkpoints, stops), with
     /// what to write by each.
@@ -177,6 +182,22 @@ pub fn nearest(line: &LineData<'_>, x: f64) -> Option<usize> {
     (0..line.xs.len()).min_by(|&a, &b| (line.xs[a] - x).abs().total_cmp(&(line.xs[b] - x).abs()))
 }
 
+/// The lines of `spec` as the chart draws them: grouped, with bands, when the page groups
+/// runs (`bands`).
+pub fn drawn<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<LineData<'a>> {
+    let lines = gather(scene, store, spec);
+    if !scene.grouping.is_on() {
+        return lines;
+    }
+    crate::bands::group(
+        lines,
+        &scene.group_keys,
+        &scene.grouping,
+        scene.smoothing,
+        scene.window,
+    )
+}
+
 /// The lines of `spec` for the selected runs.
 pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<LineData<'a>> {
     let mut out = Vec::new();
@@ -234,6 +255,7 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 values: Cow::Borrowed(&s.values),
                 times: Cow::Borrowed(&s.times),
                 smoothed: Cow::Borrowed(&s.smoothed),
+                band: None,
                 markers,
                 notes,
                 detail_points: 0,
@@ -354,6 +376,8 @@ pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64
     if scene.axis == Axis::Metric {
         scene.x_metric.hash(&mut view);
     }
+    format!("{:?}", scene.grouping).hash(&mut view);
+    scene.group_keys.hash(&mut view);
     scene
         .window
         .map(|(a, b)| (a.to_bits(), b.to_bits()))

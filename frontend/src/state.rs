@@ -106,6 +106,8 @@ pub struct Ctx {
     pub axis: RwSignal<Axis>,
     /// The run metric on the x axis while `axis` is `Axis::Metric`.
     pub x_metric: RwSignal<String>,
+    /// How the selected runs are grouped into bands (`bands`).
+    pub grouping: RwSignal<crate::bands::Grouping>,
     pub theme: RwSignal<ThemePref>,
     pub chart_opts: RwSignal<HashMap<String, ChartOpts>>,
     pub enlarged: RwSignal<Option<String>>,
@@ -156,6 +158,7 @@ impl Ctx {
             smoothing: RwSignal::new(view.smoothing),
             axis: RwSignal::new(view.axis),
             x_metric: RwSignal::new(view.x_metric),
+            grouping: RwSignal::new(view.grouping),
             theme: RwSignal::new(view.theme),
             chart_opts: RwSignal::new(HashMap::new()),
             enlarged: RwSignal::new(None),
@@ -187,6 +190,7 @@ impl Ctx {
             smoothing: self.smoothing.get(),
             axis: self.axis.get(),
             x_metric: self.x_metric.get(),
+            grouping: self.grouping.get(),
             theme: self.theme.get(),
             lang: Some(self.lang.get()),
         }
@@ -217,6 +221,7 @@ impl Ctx {
         self.set_smoothing(view.smoothing);
         self.axis.set(view.axis);
         self.x_metric.set(view.x_metric);
+        self.grouping.set(view.grouping);
         self.theme.set(view.theme);
         if let Some(l) = view.lang {
             self.lang.set(l);

@@ -69,6 +69,7 @@ pub struct View {
     pub axis: Axis,
     /// The metric on the x axis when `axis` is [`Axis::Metric`] (`axis=metric:tokens_seen`).
     pub x_metric: String,
+    pub grouping: crate::bands::Grouping,
     pub theme: ThemePref,
     pub lang: Option<Lang>,
 }
@@ -126,6 +127,7 @@ impl View {
             smoothing: num("smooth").unwrap_or(0.0).clamp(0.0, 0.99),
             axis,
             x_metric,
+            grouping: crate::bands::Grouping::from_query(|k| get(k)),
             theme: get("theme")
                 .and_then(|t| ThemePref::parse(&t))
                 .or_else(remembered_theme)
@@ -146,7 +148,8 @@ impl View {
             return String::new();
         };
         for k in [
-            "runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang", "token",
+            "runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang", "token", "group",
+            "center", "band", "members",
         ] {
             q.delete(k);
         }
@@ -163,6 +166,9 @@ impl View {
                 "smooth",
                 &format!("{}", (self.smoothing * 100.0).round() / 100.0),
             );
+        }
+        for (k, v) in self.grouping.to_query() {
+            q.set(k, &v);
         }
         match self.axis {
             Axis::Step => {}

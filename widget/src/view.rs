@@ -466,6 +466,7 @@ impl View {
                 steps: &o.series.steps,
                 values: &o.series.values,
                 smoothed: o.smoothed.as_deref(),
+                band: None,
                 markers: &o.markers,
                 notes: &[],
             })

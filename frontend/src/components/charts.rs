@@ -1,4 +1,5 @@
-//! The charts: a toolbar for the whole page (smoothing, x axis, follow, metric filter), the
+//! The charts: a toolbar for the whole page (smoothing, x axis, grouping runs into bands,
+//! follow, metric filter), the
 //! groups (training, speed, system, other; collapsible), and each chart's card with its own
 //! switches (log scale, ignore outliers, enlarge, PNG) over a canvas and a crosshair overlay.
 
@@ -68,6 +69,7 @@ pub fn Toolbar(ctx: Ctx) -> impl IntoView {
                     }}
                 </select>
             </label>
+            <Grouping ctx/>
             <button class="follow" class:active=move || ctx.window.with(Option::is_none)
                 data-following=move || ctx.window.with(Option::is_none).to_string()
                 on:click=move |_| ctx.follow()>
@@ -78,6 +80,99 @@ pub fn Toolbar(ctx: Ctx) -> impl IntoView {
                 prop:value=move || ctx.filter.get()
                 on:input=move |ev| { ctx.filter.set(event_target_value(&ev)); mark_dirty(); }/>
         </div>
+    }
+}
+
+/// Grouping the selected runs: by job, a config key of theirs, or a name pattern; the
+/// group's line (mean, median), its band (min-max, +/- std), and its members on demand.
+#[component]
+fn Grouping(ctx: Ctx) -> impl IntoView {
+    use crate::bands::{Center, GroupBy, Spread};
+    let lang = ctx.lang;
+    let set = move |f: &dyn Fn(&mut crate::bands::Grouping)| {
+        ctx.grouping.update(|g| f(g));
+        mark_dirty();
+    };
+    // The selected runs' config keys, once the run list's configs are read.
+    let keys = move || -> Vec<String> {
+        let selected = ctx.selected.get();
+        ctx.configs.with(|c| {
+            let mut keys: Vec<String> = selected
+                .iter()
+                .filter_map(|id| c.as_ref()?.get(id))
+                .flat_map(|cfg| cfg.iter().map(|(k, _)| k.clone()))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            keys
+        })
+    };
+    let code = move || match ctx.grouping.with(|g| g.by.clone()) {
+        GroupBy::None => "none".to_string(),
+        GroupBy::Job => "job".to_string(),
+        GroupBy::Name(_) => "name".to_string(),
+        GroupBy::Config(k) => format!("cfg:{k}"),
+    };
+    let on = move || ctx.grouping.with(|g| g.is_on());
+    view! {
+        <label class="grouping">{move || t(lang.get(), Text::GroupBy)}
+            <select class="group-by"
+                on:focus=move |_| if ctx.configs.with_untracked(Option::is_none) { ctx.load_configs() }
+                on:change=move |ev| {
+                    let v = event_target_value(&ev);
+                    set(&|g| g.by = match v.as_str() {
+                        "job" => GroupBy::Job,
+                        "name" => GroupBy::Name(r"[-_]?seed[-_=]?\d+".to_string()),
+                        v => v.strip_prefix("cfg:").map_or(GroupBy::None, |k| GroupBy::Config(k.to_string())),
+                    });
+                }>
+                <option value="none" selected=move || code() == "none">{move || t(lang.get(), Text::GroupNone)}</option>
+                <option value="job" selected=move || code() == "job">{move || t(lang.get(), Text::GroupJob)}</option>
+                <option value="name" selected=move || code() == "name">{move || t(lang.get(), Text::GroupName)}</option>
+                <optgroup label=move || t(lang.get(), Text::GroupConfig)>
+                    {move || {
+                        let chosen = code();
+                        let mut keys = keys();
+                        // The chosen key stays listed until the configs are read.
+                        if let Some(k) = chosen.strip_prefix("cfg:") {
+                            if !keys.iter().any(|x| x == k) {
+                                keys.push(k.to_string());
+                            }
+                        }
+                        keys.into_iter().map(|k| {
+                            let value = format!("cfg:{k}");
+                            let selected = value == chosen;
+                            view! { <option value=value selected=selected>{k}</option> }
+                        }).collect_view()
+                    }}
+                </optgroup>
+            </select>
+        </label>
+        <Show when=move || ctx.grouping.with(|g| matches!(g.by, GroupBy::Name(_)))>
+            <input class="group-pattern" type="text" title="regular expression taken out of run names"
+                prop:value=move || ctx.grouping.with(|g| match &g.by { GroupBy::Name(p) => p.clone(), _ => String::new() })
+                on:change=move |ev| { let p = event_target_value(&ev); set(&|g| g.by = GroupBy::Name(p.clone())); }/>
+        </Show>
+        <Show when=on>
+            <select class="group-center" on:change=move |ev| {
+                let median = event_target_value(&ev) == "median";
+                set(&|g| g.center = if median { Center::Median } else { Center::Mean });
+            }>
+                <option value="mean" selected=move || ctx.grouping.with(|g| g.center == Center::Mean)>{move || t(lang.get(), Text::CenterMean)}</option>
+                <option value="median" selected=move || ctx.grouping.with(|g| g.center == Center::Median)>{move || t(lang.get(), Text::CenterMedian)}</option>
+            </select>
+            <select class="group-band" on:change=move |ev| {
+                let std = event_target_value(&ev) == "std";
+                set(&|g| g.spread = if std { Spread::Std } else { Spread::MinMax });
+            }>
+                <option value="minmax" selected=move || ctx.grouping.with(|g| g.spread == Spread::MinMax)>{move || t(lang.get(), Text::BandMinMax)}</option>
+                <option value="std" selected=move || ctx.grouping.with(|g| g.spread == Spread::Std)>{move || t(lang.get(), Text::BandStd)}</option>
+            </select>
+            <label><input class="group-members" type="checkbox"
+                prop:checked=move || ctx.grouping.with(|g| g.members)
+                on:change=move |ev| { let on = event_target_checked(&ev); set(&|g| g.members = on); }/>
+                {move || t(lang.get(), Text::GroupMembers)}</label>
+        </Show>
     }
 }
 
