@@ -368,7 +368,7 @@ mod tests {
     fn one_bin_per_step_gives_the_members_mean_and_extremes_at_each_step() {
         let xs: Vec<f64> = (0..10).map(f64::from).collect();
         let steps: Vec<i64> = (0..10).collect();
-        let t = vec![0.0; 10];
+        let t = [0.0; 10];
         let a: Vec<f64> = xs.iter().map(|x| x * 2.0).collect();
         let b: Vec<f64> = xs.iter().map(|x| x * 3.0).collect();
         let mut c: Vec<f64> = xs.iter().map(|x| x * 4.0).collect();
