@@ -365,3 +365,171 @@ fn bench_web_memory() {
         samples.iter().map(|s| format!("{:.1}/{:.1}", s["js"].as_f64().unwrap_or(0.0), s["wasm"].as_f64().unwrap_or(0.0))).collect::<Vec<_>>().join(" ")
     );
 }
+
+/// Ms from `trigger` (JavaScript run in the page) to the first frame where `done` (a
+/// JavaScript expression) holds, measured in the page.
+fn time_to(page: &mut Browser, trigger: &str, done: &str) -> f64 {
+    let took = page.eval(&format!(
+        "new Promise(finish => {{ const t0 = performance.now(); {trigger}; const check = () => {{ \
+         if ({done}) finish(performance.now() - t0); \
+         else if (performance.now() - t0 > 30000) finish(null); else requestAnimationFrame(check); }}; check(); }})"
+    ));
+    took.as_f64()
+        .unwrap_or_else(|| panic!("not done within 30 s: {done}"))
+}
+
+#[test]
+#[ignore]
+fn bench_web_views_tokens_axis_and_a_group_of_fifty_runs() {
+    let hub = Hub::start(&[]);
+    // x = tokens on a 1M-step run: its first draw against the step axis's, alternately.
+    let steps = 1_000_000i64;
+    let big = Collector::start(Options::new(&hub.ws(), "bench", "tokens")).unwrap();
+    let id = big.run_id().to_string();
+    for step in 0..steps {
+        let x = step as f64;
+        big.log(
+            step,
+            &[
+                ("loss", 2.0 / (1.0 + x * 1e-4) + 0.1 * (x * 1e-3).sin()),
+                ("tokens_seen", x * 2048.0 * 512.0),
+            ],
+        );
+    }
+    assert!(big.finish(Outcome::Finished).delivered);
+    let mut page = Browser::open(&format!("http://{}/?lang=en", hub.addr()));
+    page.resize(1400, 1400);
+    let reference = reference_ms(&mut page);
+    let drawn = format!(
+        "(() => {{ const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+         return c && c.dataset.lastStep == '{}'; }})()",
+        steps - 1
+    );
+    let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..10 {
+        let axis = if round % 2 == 0 {
+            "step"
+        } else {
+            "metric:tokens_seen"
+        };
+        page.navigate(&format!("http://{}/?lang=en&axis={axis}", hub.addr()));
+        page.wait(
+            "the run listed",
+            Duration::from_secs(30),
+            "document.querySelectorAll('tr.run').length == 1",
+        );
+        let click = format!("document.querySelector('tr.run[data-run-id=\"{id}\"]').click()");
+        times[round % 2].push(time_to(&mut page, &click, &drawn));
+    }
+    for t in &mut times {
+        t.sort_by(f64::total_cmp);
+    }
+    let (step_ms, tokens_ms) = (percentile(&times[0], 0.5), percentile(&times[1], 0.5));
+    println!(
+        "first draw of a 1M-step run's loss: step axis {step_ms:.0} ms, tokens axis {tokens_ms:.0} ms \
+         (medians of 5; ratio {:.2}; reference {reference:.0} ms)",
+        tokens_ms / step_ms
+    );
+
+    // A group of 50 runs x 100k steps.
+    let runs = 50;
+    let steps = 100_000i64;
+    let ids: Vec<String> = (0..runs)
+        .map(|k| {
+            let run =
+                Collector::start(Options::new(&hub.ws(), "bench", &format!("g-seed{k}"))).unwrap();
+            for step in 0..steps {
+                let x = step as f64;
+                run.log(
+                    step,
+                    &[(
+                        "loss",
+                        2.0 / (1.0 + x * 1e-3) + 0.1 * (x * 0.01 + k as f64).sin(),
+                    )],
+                );
+            }
+            let id = run.run_id().to_string();
+            assert!(run.finish(Outcome::Finished).delivered);
+            id
+        })
+        .collect();
+    page.navigate(&format!(
+        "http://{}/?lang=en&runs={}",
+        hub.addr(),
+        ids.join(",")
+    ));
+    page.wait(
+        "fifty runs drawn",
+        Duration::from_secs(120),
+        &format!(
+            "(() => {{ const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+             return c && c.dataset.lines && c.dataset.lines.split('|').length == {runs} && c.dataset.lastStep == '{}'; }})()",
+            steps - 1
+        ),
+    );
+    let group = |on: bool| {
+        format!(
+            "(() => {{ const s = document.querySelector('select.group-by'); s.value = '{}'; \
+             s.dispatchEvent(new Event('change', {{ bubbles: true }})); }})()",
+            if on { "name" } else { "none" }
+        )
+    };
+    let one_line = "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+                    return c.dataset.lines == 'g (50 runs)'; })()";
+    let fifty = format!(
+        "document.querySelector('canvas[data-chart=\"loss\"]').dataset.lines.split('|').length == {runs}"
+    );
+    let mut grouped = Vec::new();
+    for _ in 0..3 {
+        grouped.push(time_to(&mut page, &group(true), one_line));
+        time_to(&mut page, &group(false), &fifty);
+    }
+    grouped.sort_by(f64::total_cmp);
+    let draw_ms = page.eval("document.querySelector('canvas[data-chart=\"loss\"]').dataset.drawMs");
+    // Zoom to raw: a 1,100-step window by link, then a wheel notch into ~1,000 steps.
+    let mut zooms = Vec::new();
+    for k in 0..3i64 {
+        let from = 20_000 + k * 20_000;
+        page.navigate(&format!(
+            "http://{}/?lang=en&runs={}&group=name%3A-seed%5Cd%2B&x0={from}&x1={}",
+            hub.addr(),
+            ids.join(","),
+            from + 1100
+        ));
+        page.wait(
+            "the grouped window drawn",
+            Duration::from_secs(60),
+            "(() => { const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+             return c && +c.dataset.detail > 50000 && c.dataset.fetching == '0' && c.dataset.lines == 'g (50 runs)'; })()",
+        );
+        let rect = page.eval(
+            "(() => { const c = document.querySelector('canvas[data-overlay=\"loss\"]'); const r = c.getBoundingClientRect(); \
+             return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+        );
+        page.eval(
+            "window.__wheelAt = null; document.querySelector('canvas[data-overlay=\"loss\"]')\
+             .addEventListener('wheel', () => { window.__wheelAt = performance.now(); }, { once: true })",
+        );
+        page.wheel(rect[0].as_f64().unwrap(), rect[1].as_f64().unwrap(), -50.0);
+        let took = page.eval(
+            "new Promise(done => { const t0 = performance.now(); const check = () => { \
+             const c = document.querySelector('canvas[data-chart=\"loss\"]'); \
+             const raw = (Math.ceil(+c.dataset.x1) - Math.floor(+c.dataset.x0) + 1) * 50; \
+             if (window.__wheelAt !== null && +c.dataset.x1 - +c.dataset.x0 < 1050 && +c.dataset.detail >= raw && c.dataset.fetching == '0') \
+               done(performance.now() - window.__wheelAt); \
+             else if (performance.now() - t0 > 20000) done(null); else requestAnimationFrame(check); }; check(); })",
+        );
+        zooms.push(took.as_f64().expect("the zoom to raw completes"));
+    }
+    zooms.sort_by(f64::total_cmp);
+    println!(
+        "a group of {runs} runs x {steps} steps: mean and band drawn {:.0} ms after grouping \
+         (median of 3, max {:.0}; chart draw {draw_ms} ms); wheel to every raw point of a \
+         ~1,000-step window of the group: median {:.0} ms, max {:.0} ms (3 zooms); reference {reference:.0} ms",
+        percentile(&grouped, 0.5),
+        grouped[grouped.len() - 1],
+        percentile(&zooms, 0.5),
+        zooms[zooms.len() - 1]
+    );
+    page.screenshot("bench-group");
+}

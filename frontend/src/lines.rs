@@ -77,16 +77,23 @@ pub fn x_series<'a>(scene: &Scene, run: &'a RunData) -> Option<&'a Series> {
 
 /// A run's x metric by step: its held points, with the zoom window's raw points in place of
 /// the held ones inside the fetched range. Steps ascend; non-finite values are left out.
-pub struct XMap {
-    steps: Vec<i64>,
-    xs: Vec<f64>,
+pub struct XMap<'a> {
+    steps: Cow<'a, [i64]>,
+    xs: Cow<'a, [f64]>,
 }
 
-impl XMap {
-    fn of(run: &RunId, metric: &str, held: &Series) -> XMap {
+impl<'a> XMap<'a> {
+    fn of(run: &RunId, metric: &str, held: &'a Series) -> XMap<'a> {
         let detail = fetch::with_detail(run, metric, |d| {
             (d.lo, d.hi, d.steps.clone(), d.values.clone())
         });
+        // Borrowed as held while nothing needs replacing or leaving out (a whole-run view).
+        if detail.is_none() && held.values.iter().all(|v| v.is_finite()) {
+            return XMap {
+                steps: Cow::Borrowed(&held.steps),
+                xs: Cow::Borrowed(&held.values),
+            };
+        }
         let mut pairs: Vec<(i64, f64)> = match &detail {
             None => held
                 .steps
@@ -108,8 +115,8 @@ impl XMap {
         };
         pairs.retain(|p| p.1.is_finite());
         XMap {
-            steps: pairs.iter().map(|p| p.0).collect(),
-            xs: pairs.iter().map(|p| p.1).collect(),
+            steps: Cow::Owned(pairs.iter().map(|p| p.0).collect()),
+            xs: Cow::Owned(pairs.iter().map(|p| p.1).collect()),
         }
     }
 
@@ -129,7 +136,7 @@ impl XMap {
 }
 
 /// Puts a line on the metric axis: each point at its step's x, those without one left out.
-fn join(line: &mut LineData<'_>, x: &XMap) {
+fn join(line: &mut LineData<'_>, x: &XMap<'_>) {
     let n = line.steps.len();
     let (mut steps, mut xs, mut values, mut times, mut smoothed) = (
         Vec::with_capacity(n),
