@@ -279,16 +279,23 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         page.eval("document.querySelector('canvas[data-chart=\"loss\"]').scrollIntoView({ block: 'center' })");
         let h = hooks(page, "loss");
         let (x, y) = at_x(&h, step as f64);
-        page.mouse_move(x, y);
-        let tip = page.wait(
-            "the tooltip at the step",
-            Duration::from_secs(15),
-            &format!(
-                "(() => {{ const t = document.querySelector('[data-testid=tooltip]'); \
-                 return t && t.textContent.includes('step {step} ') ? t.textContent : null; }})()"
-            ),
-        );
-        let tip = tip.as_str().unwrap().to_string();
+        // Hovered again until every seed has the step (at the live edge one may lag).
+        let mut tip = String::new();
+        for attempt in 0..100 {
+            page.mouse_move(x, y + (attempt % 2) as f64);
+            tip = page
+                .eval(
+                    "(() => { const t = document.querySelector('[data-testid=tooltip]'); \
+                     return t ? t.textContent : ''; })()",
+                )
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if tip.contains(&format!("step {step} ")) && !tip.contains(" runs here") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let (mean, lo, hi) = band_of(&tip, &format!("{group}: "));
         let values: Vec<f64> = (0..3).map(|k| seed_loss(k, step)).collect();
         let want = values.iter().sum::<f64>() / 3.0;
@@ -371,4 +378,126 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         assert!(run.finish(Outcome::Finished).delivered);
     }
     assert!(alone.finish(Outcome::Finished).delivered);
+}
+
+#[test]
+fn parallel_coordinates_brush_runs_by_their_config_and_a_scatter_places_each() {
+    let hub = Hub::start(&[]);
+    // lr, optimizer and where each run's loss ends (the lowest there too: it only falls).
+    let runs = [
+        (0.1, "adam", 0.9),
+        (0.2, "sgd", 0.5),
+        (0.3, "adam", 0.7),
+        (0.4, "sgd", 1.1),
+    ];
+    let mut ids = Vec::new();
+    let mut names = Vec::new();
+    for (k, (lr, opt, last)) in runs.iter().enumerate() {
+        let mut o = Options::new(&hub.ws(), "views", &format!("hp-{k}"));
+        o.config_json =
+            serde_json::json!({"lr": lr, "optim": {"name": opt}, "batch": 32}).to_string();
+        let run = Collector::start(o).unwrap();
+        for step in 0..50 {
+            run.log(
+                step,
+                &[("loss", last + 1.0 / (1.0 + step as f64) - 1.0 / 50.0)],
+            );
+        }
+        ids.push(run.run_id().to_string());
+        names.push(format!("hp-{k}"));
+        assert!(run.finish(Outcome::Finished).delivered);
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut page = open_run(&hub, &refs, "");
+    wait_hooks(
+        &mut page,
+        "four lines",
+        "loss",
+        "h.lines.split('|').length == 4",
+    );
+    page.eval("document.querySelector('details.hparams summary').click()");
+    let hooks = |page: &mut Browser| {
+        page.eval(
+            "(() => { const c = document.querySelector('canvas.hp-parallel'); if (!c || !c.dataset.axes) return null; \
+             const r = c.getBoundingClientRect(); return { left: r.left, top: r.top, ...c.dataset }; })()",
+        )
+    };
+    // The keys that differ (not `batch`), then the loss's last value.
+    page.wait(
+        "the axes",
+        Duration::from_secs(30),
+        "(() => { const c = document.querySelector('canvas.hp-parallel'); \
+         return c && c.dataset.axes == 'lr|optim.name|loss (last)'; })()",
+    );
+    page.eval("document.querySelector('canvas.hp-parallel').scrollIntoView({ block: 'center' })");
+    let h = hooks(&mut page);
+    let num = |k: &str| {
+        h[k].as_f64()
+            .or_else(|| h[k].as_str().and_then(|v| v.parse().ok()))
+            .unwrap_or_else(|| panic!("{k} in {h}"))
+    };
+    let x = num("left")
+        + h["axisXs"]
+            .as_str()
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap();
+    let range: Vec<f64> = h["ranges"]
+        .as_str()
+        .unwrap()
+        .split('|')
+        .next()
+        .unwrap()
+        .split(':')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (top, bottom) = (num("top"), num("bottom"));
+    let y = |v: f64| bottom - (v - range[0]) / (range[1] - range[0]) * (bottom - top);
+    let page_top = page
+        .eval("document.querySelector('canvas.hp-parallel').getBoundingClientRect().top")
+        .as_f64()
+        .unwrap();
+    // Brush lr over 0.15..0.35: the runs of lr 0.2 and 0.3.
+    page.drag((x, page_top + y(0.35)), (x, page_top + y(0.15)), "left", 0);
+    let picked = page.wait(
+        "two runs brushed",
+        Duration::from_secs(15),
+        "(() => { const p = document.querySelector('canvas.hp-parallel').dataset.picked; \
+         return p && p.split(',').length == 2 ? p : null; })()",
+    );
+    let picked: Vec<&str> = picked.as_str().unwrap().split(',').collect();
+    assert!(
+        picked.contains(&ids[1].as_str()) && picked.contains(&ids[2].as_str()),
+        "{picked:?}"
+    );
+
+    // The scatter: each run at its lr and last loss.
+    let points = page.wait(
+        "the scatter",
+        Duration::from_secs(15),
+        "(() => { const c = document.querySelector('canvas.hp-scatter'); \
+         return c && c.dataset.points && c.dataset.points.split('|').length == 4 ? c.dataset.points : null; })()",
+    );
+    let points = points.as_str().unwrap();
+    for (k, (lr, _, last)) in runs.iter().enumerate() {
+        let want = format!("{}:{lr:.4}:{last:.4}", names[k]);
+        assert!(points.contains(&want), "{want} in {points}");
+    }
+    page.screenshot("views-hparams");
+
+    // The brushed runs become the selection.
+    page.eval("document.querySelector('button.hp-select').click()");
+    page.wait(
+        "two runs selected",
+        Duration::from_secs(15),
+        "document.querySelectorAll('tr.run.selected').length == 2",
+    );
+    let search = page.eval("location.search").as_str().unwrap().to_string();
+    assert!(
+        search.contains(&ids[1]) && search.contains(&ids[2]) && !search.contains(&ids[0]),
+        "{search}"
+    );
 }

@@ -329,6 +329,7 @@ pub fn group<'a>(
             times: Cow::Owned(a.times),
             smoothed: Cow::Owned(smoothed),
             band: Some((a.lo, a.hi)),
+            counted: Some((members.len() as u32, a.counted)),
             markers: Vec::new(),
             notes: Vec::new(),
             detail_points: members.iter().map(|&i| lines[i].detail_points).sum(),

@@ -142,10 +142,15 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
                 head.get_or_insert((l.steps[i], l.times[i], l.xs[i]));
                 let raw = stepstream_chart::scale::value(l.values[i]);
                 // A group: its band at that point, `[low .. high]`.
-                let band = l.band.as_ref().map_or(String::new(), |(lo, hi)| {
+                let mut band = l.band.as_ref().map_or(String::new(), |(lo, hi)| {
                     let v = stepstream_chart::scale::value;
                     format!(" [{} .. {}]", v(lo[i]), v(hi[i]))
                 });
+                if let Some((n, counted)) = &l.counted {
+                    if counted[i] < *n {
+                        band.push_str(&format!(" · {} of {n} runs here", counted[i]));
+                    }
+                }
                 rows.push(if scene.smoothing > 0.0 {
                     format!(
                         "{}: {} (raw {raw}){band}",

@@ -44,6 +44,7 @@ use components::charts::{ChartGroups, Toolbar, Tooltip};
 use components::console::ConsolePanel;
 use components::header::{AlertList, Header, Legend, StaleBanner};
 use components::heatmap::LayerHeatmaps;
+use components::hparams::HyperParams;
 use components::panel::RunPanel;
 use components::runs::RunList;
 use components::samples::SamplePanels;
@@ -192,6 +193,7 @@ fn App() -> impl IntoView {
                 <ChartGroups ctx=ctx/>
                 <Show when=move || ctx.selected.with(|s| !s.is_empty())>
                     <LayerHeatmaps ctx=ctx/>
+                    <HyperParams ctx=ctx/>
                     <SamplePanels ctx=ctx/>
                     <ConsolePanel ctx=ctx/>
                 </Show>

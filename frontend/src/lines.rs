@@ -50,6 +50,9 @@ pub struct LineData<'a> {
     pub smoothed: Cow<'a, [f64]>,
     /// A group's band (lower, upper), parallel to `xs`.
     pub band: Option<(Vec<f64>, Vec<f64>)>,
+    /// A group's size and, parallel to `xs`, how many of its runs have a point there (a run
+    /// behind the others has none yet at the live edge).
+    pub counted: Option<(u32, Vec<u32>)>,
     pub markers: Vec<f64>,
     /// x of the commands the run's training acted on (notes, checkpoints, stops), with
     /// what to write by each.
@@ -263,6 +266,7 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 times: Cow::Borrowed(&s.times),
                 smoothed: Cow::Borrowed(&s.smoothed),
                 band: None,
+                counted: None,
                 markers,
                 notes,
                 detail_points: 0,

@@ -8,6 +8,7 @@ pub mod console;
 pub mod header;
 pub mod heatmap;
 pub mod histograms;
+pub mod hparams;
 pub mod panel;
 pub mod rules;
 pub mod runs;
