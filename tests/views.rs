@@ -501,3 +501,85 @@ fn parallel_coordinates_brush_runs_by_their_config_and_a_scatter_places_each() {
         "{search}"
     );
 }
+
+/// The tooltip's value for `label` after hovering `step` on the loss chart.
+fn hovered(page: &mut Browser, step: f64, label: &str) -> f64 {
+    let h = hooks(page, "loss");
+    let (x, y) = at_x(&h, step);
+    let mut tip = String::new();
+    for attempt in 0..50 {
+        page.mouse_move(x, y + (attempt % 2) as f64);
+        tip = page
+            .eval("(() => { const t = document.querySelector('[data-testid=tooltip]'); return t ? t.textContent : ''; })()")
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if tip.contains(&format!("step {} ", step as i64)) {
+            return value_of(&tip, label);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no tooltip at step {step}: {tip:?}");
+}
+
+#[test]
+fn a_resumed_run_is_drawn_as_its_latest_segment_with_a_marker_and_all_segments_on_demand() {
+    let hub = Hub::start(&[]);
+    let run = Collector::start(Options::new(&hub.ws(), "views", "resumed")).unwrap();
+    // Steps 0-99, then resumed from a checkpoint at step 60 and on to 149.
+    for step in 0..100 {
+        run.log(step, &[("loss", 2.0 - step as f64 * 0.01)]);
+    }
+    for step in 60..150 {
+        run.log(step, &[("loss", 3.0)]);
+    }
+    run.flush();
+    let id = run.run_id().to_string();
+    let mut page = open_run(&hub, &[&id], "");
+    let h = wait_hooks(
+        &mut page,
+        "the run drawn",
+        "loss",
+        "h.lastStep == 149 && h.notes >= 1",
+    );
+    assert_eq!(h["lines"], "resumed", "{h}");
+    assert_eq!(h["x0"].as_f64(), Some(0.0), "{h}");
+    assert!((h["x1"].as_f64().unwrap() - 149.0).abs() < 1e-9, "{h}");
+    // The latest segment over the overlap; the first before it.
+    assert_eq!(hovered(&mut page, 80.0, "resumed"), 3.0);
+    assert!((hovered(&mut page, 30.0, "resumed") - 1.7).abs() < 1e-9);
+
+    // Resumed again, live, at step 130: a second marker, the newest values from there.
+    for step in 130..200 {
+        run.log(step, &[("loss", 4.0)]);
+    }
+    run.flush();
+    wait_hooks(
+        &mut page,
+        "the second resume",
+        "loss",
+        "h.notes >= 2 && h.lastStep == 199",
+    );
+    assert_eq!(hovered(&mut page, 140.0, "resumed"), 4.0);
+    assert_eq!(hovered(&mut page, 100.0, "resumed"), 3.0);
+    page.screenshot("views-resumed");
+
+    // Every segment on demand, each a line of its own.
+    page.eval("document.querySelector('input.all-segments').click()");
+    let all = wait_hooks(
+        &mut page,
+        "all segments",
+        "loss",
+        "h.lines.split('|').length == 3",
+    );
+    assert_eq!(
+        all["lines"], "resumed · segment 1|resumed · segment 2|resumed · segment 3",
+        "{all}"
+    );
+    assert!(page
+        .eval("location.search")
+        .as_str()
+        .unwrap()
+        .contains("segments=all"));
+    assert!(run.finish(Outcome::Finished).delivered);
+}

@@ -138,6 +138,7 @@ pub fn scene(ctx: &Ctx) -> Scene {
         x_metric: ctx.x_metric.get_untracked(),
         grouping,
         group_keys,
+        all_segments: ctx.all_segments.get_untracked(),
         window: ctx.window.get_untracked(),
         smoothing: ctx.smoothing.get_untracked(),
     }

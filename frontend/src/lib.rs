@@ -32,6 +32,7 @@ pub mod lines;
 pub mod page;
 pub mod pointer;
 pub mod samples;
+pub mod segments;
 pub mod socket;
 pub mod state;
 pub mod view;

@@ -11,6 +11,7 @@
 
 use crate::fetch;
 use crate::groups::ChartSpec;
+use crate::segments;
 use plotters::style::RGBColor;
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
@@ -29,6 +30,8 @@ pub struct Scene {
     /// The metric on the x axis when `axis` is `Axis::Metric`.
     pub x_metric: String,
     pub grouping: crate::bands::Grouping,
+    /// Draw each segment of a resumed run as a line of its own.
+    pub all_segments: bool,
     /// Each selected run's group under `grouping` (`None`: it stands alone).
     pub group_keys: Vec<(RunId, Option<String>)>,
     pub window: Option<(f64, f64)>,
@@ -250,10 +253,62 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
             };
             let markers = at(run.alert_steps());
             let marks = run.command_marks();
-            let notes = at(marks.iter().map(|(s, _)| *s).collect())
+            let mut notes: Vec<(f64, String)> = at(marks.iter().map(|(s, _)| *s).collect())
                 .into_iter()
                 .zip(marks.into_iter().map(|(_, label)| label))
                 .collect();
+            // A run resumed from a checkpoint: each resume marked where it took up again.
+            let resumes: Vec<i64> = segments::starts(&s.steps)
+                .into_iter()
+                .map(|i| s.steps[i])
+                .collect();
+            for step in &resumes {
+                if let Some(x) = at(vec![*step]).first() {
+                    notes.push((*x, format!("resumed at step {step}")));
+                }
+            }
+            if !resumes.is_empty() && scene.all_segments {
+                // Every segment as a line of its own, as held (earlier ones fainter).
+                let xs = xs_of(scene.axis, s, started);
+                let parts = segments::ranges(&s.steps);
+                let n = parts.len();
+                for (k, r) in parts.into_iter().enumerate() {
+                    let fade = 0.55 * (n - 1 - k) as f64 / n as f64;
+                    let mix = |c: u8| (c as f64 + (255.0 - c as f64) * fade).round() as u8;
+                    let mut line = LineData {
+                        run: id.clone(),
+                        metric: metric.clone(),
+                        label: format!("{label} · segment {}", k + 1),
+                        color: RGBColor(mix(color.0), mix(color.1), mix(color.2)),
+                        steps: Cow::Borrowed(&s.steps[r.clone()]),
+                        xs: Cow::Owned(xs[r.clone()].to_vec()),
+                        ordered: true,
+                        values: Cow::Borrowed(&s.values[r.clone()]),
+                        times: Cow::Borrowed(&s.times[r.clone()]),
+                        smoothed: Cow::Borrowed(&s.smoothed[r.clone()]),
+                        band: None,
+                        counted: None,
+                        markers: if k + 1 == n {
+                            markers.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        notes: if k + 1 == n {
+                            notes.clone()
+                        } else {
+                            Vec::new()
+                        },
+                        detail_points: 0,
+                        received: if k + 1 == n { s.received } else { 0 },
+                        out_of_order: 0,
+                    };
+                    if let Some(x) = &x_map {
+                        join(&mut line, x);
+                    }
+                    out.push(line);
+                }
+                continue;
+            }
             let mut line = LineData {
                 run: id.clone(),
                 metric: metric.clone(),
@@ -273,8 +328,15 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
                 received: s.received,
                 out_of_order: s.out_of_order,
             };
+            if let Some(keep) = segments::kept(&s.steps) {
+                line.xs = Cow::Owned(segments::pick(&line.xs, &keep));
+                line.steps = Cow::Owned(segments::pick(&s.steps, &keep));
+                line.values = Cow::Owned(segments::pick(&s.values, &keep));
+                line.times = Cow::Owned(segments::pick(&s.times, &keep));
+                line.smoothed = Cow::Owned(segments::pick(&s.smoothed, &keep));
+            }
             if let Some((x0, x1)) = scene.window {
-                merge_detail(&mut line, s, scene, started, (x0, x1));
+                merge_detail(&mut line, scene, started, (x0, x1));
             }
             if let Some(x) = &x_map {
                 join(&mut line, x);
@@ -285,10 +347,41 @@ pub fn gather<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<Lin
     out
 }
 
+/// A zoom window's raw points, superseded ones left out.
+struct Raw<'a> {
+    lo: i64,
+    hi: i64,
+    steps: Cow<'a, [i64]>,
+    values: Cow<'a, [f64]>,
+    times: Cow<'a, [f64]>,
+}
+
 /// Replaces the held points inside the fetched range by the hub's raw points: one held
 /// point before it, the raw ones, then the held (live) points after it up to the window.
-fn merge_detail(line: &mut LineData<'_>, s: &Series, scene: &Scene, started: f64, w: (f64, f64)) {
-    let merged = fetch::with_detail(&line.run, &line.metric, |d| {
+fn merge_detail(line: &mut LineData<'_>, scene: &Scene, started: f64, w: (f64, f64)) {
+    let merged = fetch::with_detail(&line.run, &line.metric, |raw| {
+        let s = &*line;
+        // The hub's raw points of a resumed run come as they were logged: superseded too.
+        let picked = segments::kept(&raw.steps);
+        let d = match &picked {
+            None => (
+                Cow::Borrowed(&raw.steps[..]),
+                Cow::Borrowed(&raw.values[..]),
+                Cow::Borrowed(&raw.times[..]),
+            ),
+            Some(k) => (
+                Cow::Owned(segments::pick(&raw.steps, k)),
+                Cow::Owned(segments::pick(&raw.values, k)),
+                Cow::Owned(segments::pick(&raw.times, k)),
+            ),
+        };
+        let d = Raw {
+            lo: raw.lo,
+            hi: raw.hi,
+            steps: d.0,
+            values: d.1,
+            times: d.2,
+        };
         let a = s.steps.partition_point(|&st| st < d.lo);
         let b = s.steps.partition_point(|&st| st <= d.hi);
         let mut steps = Vec::with_capacity(d.steps.len() + 8);
@@ -388,6 +481,7 @@ pub fn fingerprint(scene: &Scene, store: &Client, spec: &ChartSpec) -> (u64, u64
         scene.x_metric.hash(&mut view);
     }
     format!("{:?}", scene.grouping).hash(&mut view);
+    scene.all_segments.hash(&mut view);
     scene.group_keys.hash(&mut view);
     scene
         .window

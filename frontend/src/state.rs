@@ -108,6 +108,8 @@ pub struct Ctx {
     pub x_metric: RwSignal<String>,
     /// How the selected runs are grouped into bands (`bands`).
     pub grouping: RwSignal<crate::bands::Grouping>,
+    /// Resumed runs drawn segment by segment (`segments`), not the latest over the rest.
+    pub all_segments: RwSignal<bool>,
     pub theme: RwSignal<ThemePref>,
     pub chart_opts: RwSignal<HashMap<String, ChartOpts>>,
     pub enlarged: RwSignal<Option<String>>,
@@ -159,6 +161,7 @@ impl Ctx {
             axis: RwSignal::new(view.axis),
             x_metric: RwSignal::new(view.x_metric),
             grouping: RwSignal::new(view.grouping),
+            all_segments: RwSignal::new(view.all_segments),
             theme: RwSignal::new(view.theme),
             chart_opts: RwSignal::new(HashMap::new()),
             enlarged: RwSignal::new(None),
@@ -191,6 +194,7 @@ impl Ctx {
             axis: self.axis.get(),
             x_metric: self.x_metric.get(),
             grouping: self.grouping.get(),
+            all_segments: self.all_segments.get(),
             theme: self.theme.get(),
             lang: Some(self.lang.get()),
         }
@@ -222,6 +226,7 @@ impl Ctx {
         self.axis.set(view.axis);
         self.x_metric.set(view.x_metric);
         self.grouping.set(view.grouping);
+        self.all_segments.set(view.all_segments);
         self.theme.set(view.theme);
         if let Some(l) = view.lang {
             self.lang.set(l);

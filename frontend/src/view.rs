@@ -70,6 +70,8 @@ pub struct View {
     /// The metric on the x axis when `axis` is [`Axis::Metric`] (`axis=metric:tokens_seen`).
     pub x_metric: String,
     pub grouping: crate::bands::Grouping,
+    /// `segments=all`: each segment of a resumed run drawn as its own line.
+    pub all_segments: bool,
     pub theme: ThemePref,
     pub lang: Option<Lang>,
 }
@@ -128,6 +130,7 @@ impl View {
             axis,
             x_metric,
             grouping: crate::bands::Grouping::from_query(|k| get(k)),
+            all_segments: get("segments").as_deref() == Some("all"),
             theme: get("theme")
                 .and_then(|t| ThemePref::parse(&t))
                 .or_else(remembered_theme)
@@ -149,7 +152,7 @@ impl View {
         };
         for k in [
             "runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang", "token", "group",
-            "center", "band", "members",
+            "center", "band", "members", "segments",
         ] {
             q.delete(k);
         }
@@ -169,6 +172,9 @@ impl View {
         }
         for (k, v) in self.grouping.to_query() {
             q.set(k, &v);
+        }
+        if self.all_segments {
+            q.set("segments", "all");
         }
         match self.axis {
             Axis::Step => {}

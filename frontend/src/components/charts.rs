@@ -70,6 +70,10 @@ pub fn Toolbar(ctx: Ctx) -> impl IntoView {
                 </select>
             </label>
             <Grouping ctx/>
+            <label class="segments"><input class="all-segments" type="checkbox"
+                prop:checked=move || ctx.all_segments.get()
+                on:change=move |ev| { ctx.all_segments.set(event_target_checked(&ev)); mark_dirty(); }/>
+                {move || t(lang.get(), Text::AllSegments)}</label>
             <button class="follow" class:active=move || ctx.window.with(Option::is_none)
                 data-following=move || ctx.window.with(Option::is_none).to_string()
                 on:click=move |_| ctx.follow()>
