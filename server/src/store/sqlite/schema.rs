@@ -384,6 +384,14 @@ mod tests {
 
     use crate::store::blob::test_record as rec;
 
+    /// A database file `hub.db` in `dir`.
+    fn in_dir(dir: &tempfile::TempDir) -> crate::store::Location {
+        crate::store::Location::Sqlite {
+            path: dir.path().join("hub.db"),
+            fsync: false,
+        }
+    }
+
     #[tokio::test]
     async fn a_version_1_database_gets_step_ranges_and_answers_range_reads() {
         let dir = tempfile::tempdir().unwrap();
@@ -450,10 +458,7 @@ mod tests {
     #[tokio::test]
     async fn a_version_2_database_gets_span_classes() {
         let dir = tempfile::tempdir().unwrap();
-        let location = crate::store::Location::Sqlite {
-            path: dir.path().join("hub.db"),
-            fsync: false,
-        };
+        let location = in_dir(&dir);
         {
             let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
             let key = store
@@ -503,10 +508,7 @@ mod tests {
     #[tokio::test]
     async fn a_version_7_database_gets_recent_keyed_by_one_integer() {
         let dir = tempfile::tempdir().unwrap();
-        let location = crate::store::Location::Sqlite {
-            path: dir.path().join("hub.db"),
-            fsync: false,
-        };
+        let location = in_dir(&dir);
         let mut keys = Vec::new();
         {
             let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
@@ -595,10 +597,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_beyond_what_recent_can_key_is_refused_and_nothing_is_stored() {
         let dir = tempfile::tempdir().unwrap();
-        let location = crate::store::Location::Sqlite {
-            path: dir.path().join("hub.db"),
-            fsync: false,
-        };
+        let location = in_dir(&dir);
         let (store, _) = Store::open_at(&location, std::time::Duration::ZERO).unwrap();
         let key = store
             .upsert_run(crate::store::test_identity("big", "p"), 1, 1.0)
