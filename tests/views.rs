@@ -268,6 +268,14 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         h["y1"].as_f64().unwrap() > 5.0,
         "the run alone keeps its own line: {h}"
     );
+    // The legend names the group (in its colour) and the run alone.
+    let legend = page.wait(
+        "the legend grouped",
+        Duration::from_secs(15),
+        "(() => { const i = [...document.querySelectorAll('.legend .item')].map(i => i.textContent); \
+         return i.length == 2 ? i : null; })()",
+    );
+    assert_eq!(legend, serde_json::json!(["optim.lr=0.1 (3 runs)", "narrow"]));
     assert!(page
         .eval("location.search")
         .as_str()

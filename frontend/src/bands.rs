@@ -252,6 +252,11 @@ pub fn aggregate(
     out
 }
 
+/// A group's colour (its runs are drawn in shades of it).
+pub fn group_color(name: &str) -> RGBColor {
+    color_of(&format!("group {name}"))
+}
+
 /// Shade `k` of `n` of a group's colour for its members: lighter towards the last.
 fn shade(c: RGBColor, k: usize, n: usize) -> RGBColor {
     let t = 0.15 + 0.45 * k as f64 / n.max(1) as f64;
@@ -314,7 +319,7 @@ pub fn group<'a>(
             .collect();
         let a = aggregate(&parts, extent, BINS, g.center, g.spread);
         let first = &lines[members[0]];
-        let color = color_of(&format!("group {name}"));
+        let color = group_color(name);
         let smoothed = smooth(&a.center, smoothing, None);
         let ordered = a.xs.windows(2).all(|w| w[0] <= w[1]);
         out.push(LineData {

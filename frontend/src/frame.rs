@@ -82,7 +82,7 @@ fn now() -> f64 {
 
 /// Each selected run's group. Configs are read from the run list's (asked for again, at
 /// most every 5 s, while a selected run started after they were read).
-fn group_keys(
+pub fn group_keys(
     ctx: &Ctx,
     grouping: &crate::bands::Grouping,
     selected: &[RunId],

@@ -67,11 +67,32 @@ pub fn Legend(ctx: Ctx) -> impl IntoView {
         <div class="legend">
             {move || {
                 ctx.runs.track();
-                ctx.selected.get().into_iter().map(|id| {
-                    let name = ctx.label(&id);
-                    let color = css(color_of(id.as_str()));
-                    view! { <span class="item" data-run-id=id.to_string() data-color=color.clone()>
-                        <span class="swatch" style=format!("background:{color}")></span>{name}</span> }
+                ctx.configs.track();
+                let grouping = ctx.grouping.get();
+                let selected = ctx.selected.get();
+                // Grouped: a group of two runs or more is one item in its colour.
+                let runs = ctx.runs.get_untracked();
+                let keys = crate::frame::group_keys(&ctx, &grouping, &selected, &runs);
+                let key = |id: &stepstream_protocol::RunId| keys.iter().find(|(r, _)| r == id).and_then(|(_, k)| k.clone());
+                let size = |k: &String| keys.iter().filter(|(_, x)| x.as_ref() == Some(k)).count();
+                let mut shown: Vec<String> = Vec::new();
+                selected.iter().filter_map(|id| {
+                    match key(id).filter(|k| size(k) >= 2) {
+                        Some(k) if shown.contains(&k) => None,
+                        Some(k) => {
+                            shown.push(k.clone());
+                            let color = css(crate::bands::group_color(&k));
+                            let name = format!("{k} ({} runs)", size(&k));
+                            Some(view! { <span class="item group" data-group=k.clone() data-color=color.clone()>
+                                <span class="swatch" style=format!("background:{color}")></span>{name}</span> }.into_any())
+                        }
+                        None => {
+                            let name = ctx.label(id);
+                            let color = css(color_of(id.as_str()));
+                            Some(view! { <span class="item" data-run-id=id.to_string() data-color=color.clone()>
+                                <span class="swatch" style=format!("background:{color}")></span>{name}</span> }.into_any())
+                        }
+                    }
                 }).collect_view()
             }}
         </div>
