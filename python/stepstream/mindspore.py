@@ -77,13 +77,29 @@ def global_norm(grads):
     return ops.sqrt(ops.addn(ops.HyperMap()(_square_sum, grads)))
 
 
+_layer_norm = ops.MultitypeFuncGraph("_stepstream_layer_norm")
+
+
+@_layer_norm.register("Tensor")
+def _layer_norm_of(g):
+    return ops.sqrt(ops.reduce_sum(ops.square(ops.cast(g, ms.float32))))
+
+
 class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
     """``nn.TrainOneStepCell`` that also returns the gradients' global norm and the learning
     rate this step applied: ``(loss, norm, lr)``, as MindFormers' train cell returns its lr.
+    With ``layer_norms=True`` also each parameter's gradient norm, stacked into one vector
+    in the order of ``cell.weights``: ``(loss, norm, lr, layer_norms)``, which the callback's
+    ``watch`` logs as ``grad_norm/<parameter>``.
 
-    The norm is one reduction in the graph, after the gradient all-reduce (the norm of the
+    The norms are reductions in the graph, after the gradient all-reduce (the norms of the
     averaged gradients), so no gradient is copied to the host. Use it as ``Model(cell)``.
     """
+
+    def __init__(self, network, optimizer, sens=1.0, layer_norms=False):
+        super().__init__(network, optimizer, sens)
+        self.layer_norms = bool(layer_norms)
+        self.hyper_map = ops.HyperMap()
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
@@ -92,6 +108,10 @@ class TrainOneStepWithGradNorm(nn.TrainOneStepCell):
         grads = self.grad_reducer(grads)
         norm = global_norm(grads)
         lr = self.optimizer.get_lr()  # before the update: the rate this step applies
+        if self.layer_norms:
+            layers = ops.stack(self.hyper_map(_layer_norm, grads))
+            loss = ops.depend(loss, self.optimizer(grads))
+            return loss, norm, lr, layers
         loss = ops.depend(loss, self.optimizer(grads))
         return loss, norm, lr
 
@@ -163,6 +183,11 @@ class StepStreamCallback(Callback):
     samples: ``samples(step, run_context) -> {key: stepstream.Text(...) | Table | Image |
         Histogram}``, called at step 1 and every ``samples_every`` steps: what the model
         generates now, logged beside the step's values.
+    watch: every N steps (and at step 1) log each parameter's weight norm as
+        ``weight_norm/<parameter>`` (one stacked reduction on the device, read with the next
+        batch of records, never a sync) and, with ``TrainOneStepWithGradNorm(...,
+        layer_norms=True)``, its gradient norm as ``grad_norm/<parameter>``: the page draws
+        them as per-layer heatmaps. 0: off.
     lr_every: for a schedule that cannot be evaluated on a vector of steps: read it every
         N steps (a read costs ~0.5 ms in graph mode and ~5 ms in PyNative). Schedules that
         can (the usual ones: elementwise in the step) are evaluated ``LR_CHUNK`` steps at a
@@ -179,6 +204,7 @@ class StepStreamCallback(Callback):
         lr_every: int = 1,
         samples: Optional[Callable[[int, Any], Mapping[str, Any]]] = None,
         samples_every: int = 100,
+        watch: int = 0,
         checkpoint_dir: Optional[str] = None,
         **init_kwargs: Any,
     ):
@@ -194,6 +220,8 @@ class StepStreamCallback(Callback):
         self.lr_every = max(1, int(lr_every))
         self.samples = samples
         self.samples_every = max(1, int(samples_every))
+        self.watch = max(0, int(watch))
+        self._params: Optional[list] = None
         self._lr_reader = None
         self._batch: Optional[int] = None
         # Samples trained on so far, and the step they were counted to (a sink of several
@@ -313,13 +341,16 @@ class StepStreamCallback(Callback):
         loss = None
         # Every tensor goes to `log` as a tensor: held and converted with the others every
         # `defer_every` steps, never a device sync per step.
+        layers = None
         if isinstance(out, (tuple, list)):
             loss = out[0]
             scaled = len(out) >= 3 and isinstance(out[1], ms.Tensor) and out[1].dtype == ms.bool_
-            if not scaled and len(out) in (2, 3) and isinstance(out[1], ms.Tensor):
-                rec["grad_norm"] = out[1]  # (loss, norm[, lr]): our TrainOneStepWithGradNorm
-                if len(out) == 3 and isinstance(out[2], ms.Tensor):
+            if not scaled and len(out) in (2, 3, 4) and isinstance(out[1], ms.Tensor):
+                rec["grad_norm"] = out[1]  # (loss, norm[, lr[, layers]]): TrainOneStepWithGradNorm
+                if len(out) >= 3 and isinstance(out[2], ms.Tensor):
                     rec["lr"] = out[2]
+                if len(out) == 4 and isinstance(out[3], ms.Tensor):
+                    layers = out[3]
             elif scaled:  # (loss, overflow, scale[, lr[, global_norm[, local_norm, size]]])
                 rec["overflow"] = out[1]
                 scale = out[2]
@@ -363,6 +394,8 @@ class StepStreamCallback(Callback):
                 if self.seq_len:
                     rec["tokens_per_sec"] = batch * self.seq_len / step_time
                     rec["tokens_seen"] = self._samples_seen * self.seq_len
+        if self.watch and (step == 1 or step % self.watch == 0):
+            self._watch(p, rec, layers)
         sink = p.get("sink_size") if hasattr(p, "get") else None
         if sink:
             rec["sink_size"] = sink
@@ -403,6 +436,30 @@ class StepStreamCallback(Callback):
         path = os.path.join(folder, f"{prefix}-command-{step}.ckpt")
         ms.save_checkpoint(p.train_network, path)
         return path
+
+    def _watched(self, p) -> list:
+        # The train cell's weights, in the order of its gradients (and of `layer_norms`).
+        if self._params is None:
+            train = getattr(p, "train_network", None) or getattr(p, "network", None)
+            weights = getattr(train, "weights", None)
+            if weights is None and train is not None:
+                weights = train.trainable_params()
+            self._params = list(weights or [])
+        return self._params
+
+    def _watch(self, p, rec: dict, layers) -> None:
+        """Per-parameter weight norms (and the cell's gradient norms) into `rec`, as tensors:
+        read with the next batch of records, off the training thread."""
+        params = self._watched(p)
+        if not params:
+            return
+        names = [q.name for q in params]
+        if layers is not None and tuple(layers.shape) == (len(names),):
+            for i, name in enumerate(names):
+                rec[f"grad_norm/{name}"] = layers[i]
+        norms = ops.stack([_layer_norm_of(q) for q in params])
+        for i, name in enumerate(names):
+            rec[f"weight_norm/{name}"] = norms[i]
 
     def _batch_size(self, p, step: int) -> Optional[int]:
         # A batch's shape costs ~10 us to read; only an epoch's first and last batches can

@@ -57,13 +57,13 @@ def data(n=64, seed=0):
     return x, y
 
 
-def build(total_steps, seed=1, loss_scale=None):
+def build(total_steps, seed=1, loss_scale=None, layer_norms=False):
     ms.set_seed(seed)
     net = nn.SequentialCell(nn.Dense(16, 32), nn.ReLU(), nn.Dense(32, 4))
     opt = nn.Momentum(net.trainable_params(), learning_rate=WarmupCosine(total_steps), momentum=0.9)
     with_loss = nn.WithLossCell(net, nn.MSELoss())
     if loss_scale is None:
-        cell = TrainOneStepWithGradNorm(with_loss, opt)
+        cell = TrainOneStepWithGradNorm(with_loss, opt, layer_norms=layer_norms)
     else:
         cell = TrainOneStepWithLossScaleGradNorm(with_loss, opt, scale_sense=loss_scale)
     return net, cell
@@ -77,10 +77,11 @@ class Slow(Callback):
         time.sleep(self.seconds)
 
 
-def train(hub, archive_dir, epochs=3, batch=8, extra_callbacks=(), loss_scale=None, **cb_kwargs):
+def train(hub, archive_dir, epochs=3, batch=8, extra_callbacks=(), loss_scale=None, layer_norms=False,
+          **cb_kwargs):
     x, y = data()
     steps = epochs * (len(x) // batch)
-    net, cell = build(steps, loss_scale=loss_scale)
+    net, cell = build(steps, loss_scale=loss_scale, layer_norms=layer_norms)
     initial = [p.asnumpy().copy() for p in net.trainable_params()]
     dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(batch)
     cb = StepStreamCallback(hub=hub, project="mindspore", name="mlp", archive_dir=archive_dir,

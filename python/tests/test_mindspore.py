@@ -16,8 +16,8 @@ import mstrain  # noqa: E402
 from mindspore import ops  # noqa: E402
 
 
-def numpy_grad_norm(params, x, y):
-    """The global gradient norm of MSE(Dense-ReLU-Dense) at `params` on (x, y), by hand."""
+def numpy_grads(params, x, y):
+    """The gradients of MSE(Dense-ReLU-Dense) at `params` on (x, y), by hand, in float64."""
     w1, b1, w2, b2 = params
     z = x @ w1.T + b1
     h = np.maximum(z, 0)
@@ -29,7 +29,12 @@ def numpy_grad_norm(params, x, y):
     d_z = (d_o @ w2) * (z > 0)
     grads[0] = d_z.T @ x
     grads[1] = d_z.sum(0)
-    return float(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads)))
+    return [g.astype(np.float64) for g in grads]
+
+
+def numpy_grad_norm(params, x, y):
+    """The global gradient norm of MSE(Dense-ReLU-Dense) at `params` on (x, y), by hand."""
+    return float(np.sqrt(sum(float((g**2).sum()) for g in numpy_grads(params, x, y))))
 
 
 def rows(path):
@@ -190,3 +195,28 @@ def test_samples_callback_logs_text_and_a_weight_histogram_beside_the_steps(hub,
     weight_count = 32 * 16  # the first Dense layer's weight
     assert all(sum(h["body"]["counts"]) == weight_count for h in hists), hists[0]
     assert hub.run(run.run_id)["records"] == steps
+
+
+def test_watch_logs_each_parameters_gradient_and_weight_norms_every_n_steps(hub, tmp_path):
+    run, steps, initial, (x, y) = mstrain.train(hub.url, str(tmp_path), layer_norms=True, watch=4)
+    info = hub.wait("the run to finish", lambda: (r := hub.run(run.run_id))["status"] == "finished" and r)
+    # Dense layers 0 and 2 of the SequentialCell: a weight and a bias each.
+    names = ["0.weight", "0.bias", "2.weight", "2.bias"]
+    for family in ["grad_norm", "weight_norm"]:
+        got = sorted(m for m in info["metrics"] if m.startswith(family + "/"))
+        assert got == sorted(f"{family}/{n}" for n in names), got
+    # At step 1 and every 4th step after, and only then.
+    series = {n: hub.series(run.run_id, f"grad_norm/{n}") for n in names}
+    assert sorted(series["0.weight"]) == [1] + list(range(4, steps + 1, 4))
+    # Step 1's gradients are taken at the initial weights on the first batch: each layer's
+    # norm is the norm of its own gradient.
+    grads = numpy_grads(initial, x[:8], y[:8])
+    for name, g in zip(names, grads):
+        assert series[name][1] == pytest.approx(float(np.sqrt((g**2).sum())), rel=1e-4), name
+    # The layers' norms make up the global one.
+    total = np.sqrt(sum(series[n][1] ** 2 for n in names))
+    assert hub.series(run.run_id, "grad_norm")[1] == pytest.approx(total, rel=1e-5)
+    # Weight norms after step 1's update: positive, and the bias of a ReLU layer moved.
+    weights = {n: hub.series(run.run_id, f"weight_norm/{n}") for n in names}
+    assert all(weights[n][1] > 0 for n in ["0.weight", "2.weight"])
+    assert weights["0.weight"][1] == pytest.approx(float(np.sqrt((initial[0].astype(np.float64) ** 2).sum())), rel=0.05)
