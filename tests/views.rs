@@ -275,7 +275,10 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         "(() => { const i = [...document.querySelectorAll('.legend .item')].map(i => i.textContent); \
          return i.length == 2 ? i : null; })()",
     );
-    assert_eq!(legend, serde_json::json!(["optim.lr=0.1 (3 runs)", "narrow"]));
+    assert_eq!(
+        legend,
+        serde_json::json!(["optim.lr=0.1 (3 runs)", "narrow"])
+    );
     assert!(page
         .eval("location.search")
         .as_str()

@@ -93,27 +93,43 @@ impl<'a> XMap<'a> {
         let detail = fetch::with_detail(run, metric, |d| {
             (d.lo, d.hi, d.steps.clone(), d.values.clone())
         });
+        // A resumed run's x metric: its latest segment where segments overlap, as drawn.
+        let keep = segments::kept(&held.steps);
         // Borrowed as held while nothing needs replacing or leaving out (a whole-run view).
-        if detail.is_none() && held.values.iter().all(|v| v.is_finite()) {
+        if detail.is_none() && keep.is_none() && held.values.iter().all(|v| v.is_finite()) {
             return XMap {
                 steps: Cow::Borrowed(&held.steps),
                 xs: Cow::Borrowed(&held.values),
             };
         }
+        let (held_steps, held_values) = match &keep {
+            Some(k) => (
+                Cow::Owned(segments::pick(&held.steps, k)),
+                Cow::Owned(segments::pick(&held.values, k)),
+            ),
+            None => (
+                Cow::Borrowed(&held.steps[..]),
+                Cow::Borrowed(&held.values[..]),
+            ),
+        };
         let mut pairs: Vec<(i64, f64)> = match &detail {
-            None => held
-                .steps
+            None => held_steps
                 .iter()
                 .copied()
-                .zip(held.values.iter().copied())
+                .zip(held_values.iter().copied())
                 .collect(),
             Some((lo, hi, steps, values)) => {
-                let a = held.steps.partition_point(|&s| s < *lo);
-                let b = held.steps.partition_point(|&s| s <= *hi);
-                let before = held.steps[..a].iter().zip(&held.values[..a]);
-                let after = held.steps[b..].iter().zip(&held.values[b..]);
+                let kept = segments::kept(steps);
+                let (steps, values) = match &kept {
+                    Some(k) => (segments::pick(steps, k), segments::pick(values, k)),
+                    None => (steps.clone(), values.clone()),
+                };
+                let a = held_steps.partition_point(|&s| s < *lo);
+                let b = held_steps.partition_point(|&s| s <= *hi);
+                let before = held_steps[..a].iter().zip(&held_values[..a]);
+                let after = held_steps[b..].iter().zip(&held_values[b..]);
                 before
-                    .chain(steps.iter().zip(values))
+                    .chain(steps.iter().zip(values.iter()))
                     .chain(after)
                     .map(|(&s, &v)| (s, v))
                     .collect()
