@@ -594,3 +594,103 @@ fn a_resumed_run_is_drawn_as_its_latest_segment_with_a_marker_and_all_segments_o
         .contains("segments=all"));
     assert!(run.finish(Outcome::Finished).delivered);
 }
+
+#[test]
+fn the_run_list_filters_on_a_metric_adds_columns_sorts_by_them_exports_csv_and_windows_many_runs() {
+    let hub = Hub::start(&[]);
+    // Twelve runs: lr 0.001 k, val_loss ending at 3 - 0.1 k.
+    for k in 0..12 {
+        let mut o = Options::new(&hub.ws(), "table", &format!("t{k:02}"));
+        o.config_json = serde_json::json!({"optim": {"lr": 0.001 * k as f64}}).to_string();
+        let run = Collector::start(o).unwrap();
+        run.log(0, &[("loss", 5.0), ("val_loss", 3.5)]);
+        run.log(1, &[("loss", 4.0), ("val_loss", 3.0 - 0.1 * k as f64)]);
+        assert!(run.finish(Outcome::Finished).delivered);
+    }
+    let mut page = Browser::open(&format!(
+        "http://{}/?lang=en&cols=val_loss,optim.lr",
+        hub.addr()
+    ));
+    page.wait(
+        "twelve runs listed",
+        Duration::from_secs(30),
+        "document.querySelectorAll('tr.run').length == 12",
+    );
+    // A filter on a metric's last value, spaces and all.
+    page.eval(
+        "(() => { const s = document.querySelector('input.search'); s.value = 'val_loss < 2.45'; \
+         s.dispatchEvent(new Event('input', { bubbles: true })); })()",
+    );
+    page.wait(
+        "six runs pass",
+        Duration::from_secs(15),
+        "document.querySelectorAll('tr.run').length == 6",
+    );
+    // Sorted by the added val_loss column, ascending: t11 (1.9) first.
+    page.eval("document.querySelector('th.extra[data-column=\"val_loss\"]').click()");
+    let names = page.wait(
+        "sorted by val_loss",
+        Duration::from_secs(15),
+        "(() => { const n = [...document.querySelectorAll('tr.run td:nth-child(3)')].map(t => t.textContent); \
+         return n[0] == 't11' ? n : null; })()",
+    );
+    assert_eq!(
+        names,
+        serde_json::json!(["t11", "t10", "t09", "t08", "t07", "t06"])
+    );
+    let lr = page.eval(
+        "[...document.querySelector('tr.run').querySelectorAll('td.extra')].map(t => t.textContent)",
+    );
+    assert_eq!(lr, serde_json::json!(["1.9000", "0.011"]));
+    assert!(page
+        .eval("location.search")
+        .as_str()
+        .unwrap()
+        .contains("cols=val_loss%2Coptim.lr"));
+
+    // The listed runs as CSV.
+    let dir = tempfile::tempdir().unwrap();
+    page.allow_downloads(dir.path());
+    page.eval("document.querySelector('button.csv').click()");
+    let file = dir.path().join("runs.csv");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !file.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let csv = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "run_id,project,name,status,last_step,started_at,val_loss,optim.lr"
+    );
+    assert_eq!(lines.len(), 7, "{csv}");
+    assert!(
+        lines[1].contains(",t11,finished,1,") && lines[1].ends_with(",1.9000,0.011"),
+        "{csv}"
+    );
+
+    // Many runs: only those in view are drawn, and scrolling brings the last.
+    for k in 0..170 {
+        let run = Collector::start(Options::new(&hub.ws(), "many", &format!("m{k:03}"))).unwrap();
+        run.log(0, &[("loss", k as f64)]);
+        assert!(run.finish(Outcome::Finished).delivered);
+    }
+    page.eval(
+        "(() => { const s = document.querySelector('input.search'); s.value = 'many'; \
+         s.dispatchEvent(new Event('input', { bubbles: true })); })()",
+    );
+    page.eval("document.querySelector('th[data-sort=\"name\"]').click()");
+    let drawn = page.wait(
+        "a window of the 170 runs",
+        Duration::from_secs(30),
+        "(() => { const r = document.querySelectorAll('tr.run').length; \
+         return r > 0 && r < 170 && document.querySelector('tr.spacer') ? r : null; })()",
+    );
+    assert!(drawn.as_u64().unwrap() < 150, "{drawn}");
+    page.eval("(() => { const s = document.querySelector('.run-scroll'); s.scrollTop = s.scrollHeight; })()");
+    page.wait(
+        "the last run in view",
+        Duration::from_secs(15),
+        "[...document.querySelectorAll('tr.run td:nth-child(3)')].some(t => t.textContent == 'm169')",
+    );
+}

@@ -35,6 +35,7 @@ pub mod samples;
 pub mod segments;
 pub mod socket;
 pub mod state;
+pub mod table;
 pub mod view;
 pub mod write;
 

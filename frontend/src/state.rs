@@ -84,6 +84,8 @@ pub enum Column {
     LastLoss,
     Age,
     Started,
+    /// The user's `n`th added column (`Ctx::columns`).
+    Extra(u8),
 }
 
 /// Everything the views share.
@@ -116,6 +118,9 @@ pub struct Ctx {
     pub collapsed: RwSignal<Vec<Group>>,
     pub filter: RwSignal<String>,
     pub search: RwSignal<String>,
+    /// Columns the user added to the run list (metrics' last values or config keys),
+    /// comma separated; in the URL as `cols`.
+    pub columns: RwSignal<String>,
     pub sort: RwSignal<(Column, bool)>,
     pub by_project: RwSignal<bool>,
     pub status_filter: RwSignal<String>,
@@ -169,6 +174,7 @@ impl Ctx {
             collapsed: RwSignal::new(vec![crate::groups::Group::Layers]),
             filter: RwSignal::new(String::new()),
             search: RwSignal::new(String::new()),
+            columns: RwSignal::new(view.columns.clone()),
             sort: RwSignal::new((Column::Started, false)),
             by_project: RwSignal::new(false),
             status_filter: RwSignal::new(String::new()),
@@ -195,6 +201,7 @@ impl Ctx {
             x_metric: self.x_metric.get(),
             grouping: self.grouping.get(),
             all_segments: self.all_segments.get(),
+            columns: self.columns.get(),
             theme: self.theme.get(),
             lang: Some(self.lang.get()),
         }
@@ -227,6 +234,7 @@ impl Ctx {
         self.x_metric.set(view.x_metric);
         self.grouping.set(view.grouping);
         self.all_segments.set(view.all_segments);
+        self.columns.set(view.columns);
         self.theme.set(view.theme);
         if let Some(l) = view.lang {
             self.lang.set(l);

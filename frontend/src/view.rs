@@ -72,6 +72,8 @@ pub struct View {
     pub grouping: crate::bands::Grouping,
     /// `segments=all`: each segment of a resumed run drawn as its own line.
     pub all_segments: bool,
+    /// The run list's added columns (`cols=val_loss,optim.lr`).
+    pub columns: String,
     pub theme: ThemePref,
     pub lang: Option<Lang>,
 }
@@ -131,6 +133,7 @@ impl View {
             x_metric,
             grouping: crate::bands::Grouping::from_query(|k| get(k)),
             all_segments: get("segments").as_deref() == Some("all"),
+            columns: get("cols").unwrap_or_default(),
             theme: get("theme")
                 .and_then(|t| ThemePref::parse(&t))
                 .or_else(remembered_theme)
@@ -152,7 +155,7 @@ impl View {
         };
         for k in [
             "runs", "run", "x0", "x1", "smooth", "axis", "theme", "lang", "token", "group",
-            "center", "band", "members", "segments",
+            "center", "band", "members", "segments", "cols",
         ] {
             q.delete(k);
         }
@@ -175,6 +178,10 @@ impl View {
         }
         if self.all_segments {
             q.set("segments", "all");
+        }
+        let cols = crate::table::columns(&self.columns);
+        if !cols.is_empty() {
+            q.set("cols", &cols.join(","));
         }
         match self.axis {
             Axis::Step => {}

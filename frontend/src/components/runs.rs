@@ -1,11 +1,16 @@
-//! The run list: search (name, project, run id, job, config `key=value`), a status filter,
-//! sorting by any column, grouping by project, and the ranks of one distributed job shown
-//! as one row that expands. Each run's colour is its own, here as on the charts.
+//! The run list: search (name, project, run id, job, config `key=value`, numeric filters
+//! such as `val_loss<2.1` on a metric's last value or a config key), a status filter,
+//! columns the user adds (`table`), sorting by any column, grouping by project, the list
+//! as CSV, and the ranks of one distributed job shown as one row that expands. Past
+//! [`WINDOWED_ABOVE`] rows only those in view are drawn (10,000 runs scroll). Each run's
+//! colour is its own, here as on the charts.
 
 use crate::i18n::{self, t, Text};
-use crate::state::{Column, Ctx};
+use crate::state::{Column, Config, Ctx};
+use crate::table;
 use leptos::prelude::*;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use stepstream_chart::scale::value;
 use stepstream_chart::theme::{color_of, css};
 use stepstream_protocol::{RunId, RunStatus, RunSummary};
@@ -25,7 +30,18 @@ fn loss(r: &RunSummary) -> Option<f64> {
         .map(|(_, v)| *v)
 }
 
-fn compare(a: &RunSummary, b: &RunSummary, col: Column) -> Ordering {
+/// Rows drawn at once, at most, past which only those in view are (with spacers above and
+/// below standing for the rest).
+pub const WINDOWED_ABOVE: usize = 150;
+/// A row's height in CSS pixels once windowed (`tr.run` in `style.css`).
+const ROW_PX: f64 = 29.0;
+
+fn compare(
+    a: &RunSummary,
+    b: &RunSummary,
+    col: Column,
+    (extra, configs): (&[String], Option<&HashMap<RunId, Config>>),
+) -> Ordering {
     let f =
         |x: Option<f64>, y: Option<f64>| x.unwrap_or(f64::MIN).total_cmp(&y.unwrap_or(f64::MIN));
     match col {
@@ -36,6 +52,13 @@ fn compare(a: &RunSummary, b: &RunSummary, col: Column) -> Ordering {
         Column::LastLoss => f(loss(a), loss(b)),
         Column::Age => f(b.last_point_at, a.last_point_at),
         Column::Started => a.started_at.total_cmp(&b.started_at),
+        Column::Extra(i) => {
+            let Some(key) = extra.get(i as usize) else {
+                return Ordering::Equal;
+            };
+            let config = |r: &RunSummary| configs.and_then(|c| c.get(&r.run_id));
+            table::compare(a, b, config(a), config(b), key)
+        }
     }
 }
 
@@ -54,9 +77,14 @@ fn matches(r: &RunSummary, words: &[String], config: Option<&Vec<(String, String
 }
 
 fn rows(ctx: &Ctx) -> Vec<Row> {
-    let search = ctx.search.get().to_lowercase();
-    let words: Vec<String> = search.split_whitespace().map(String::from).collect();
-    if words.iter().any(|w| w.contains('=')) && ctx.configs.with_untracked(Option::is_none) {
+    let search = table::normalize(&ctx.search.get().to_lowercase());
+    let mut words: Vec<String> = search.split_whitespace().map(String::from).collect();
+    let filters: Vec<table::Filter> = words.iter().filter_map(|w| table::filter(w)).collect();
+    words.retain(|w| table::filter(w).is_none());
+    let extra = table::columns(&ctx.columns.get());
+    let wants_configs =
+        !filters.is_empty() || !extra.is_empty() || words.iter().any(|w| w.contains('='));
+    if wants_configs && ctx.configs.with_untracked(Option::is_none) {
         ctx.load_configs();
     }
     let configs = ctx.configs.get();
@@ -67,10 +95,14 @@ fn rows(ctx: &Ctx) -> Vec<Row> {
         .get()
         .into_iter()
         .filter(|r| status.is_empty() || r.status.as_str() == status)
-        .filter(|r| matches(r, &words, configs.as_ref().and_then(|c| c.get(&r.run_id))))
+        .filter(|r| {
+            let config = configs.as_ref().and_then(|c| c.get(&r.run_id));
+            matches(r, &words, config) && filters.iter().all(|f| f.passes(r, config))
+        })
         .collect();
     let order = |a: &RunSummary, b: &RunSummary| {
-        let o = compare(a, b, col).then_with(|| a.run_id.cmp(&b.run_id));
+        let o =
+            compare(a, b, col, (&extra, configs.as_ref())).then_with(|| a.run_id.cmp(&b.run_id));
         if asc {
             o
         } else {
@@ -139,6 +171,8 @@ pub fn RunList(ctx: Ctx) -> impl IntoView {
     let stopping = RwSignal::new(None::<String>);
     let stop_said = RwSignal::new((String::new(), String::new()));
     let lang = ctx.lang;
+    let scroll_top = RwSignal::new(0.0f64);
+    let scroller: NodeRef<leptos::html::Div> = NodeRef::new();
     let header = move |col: Column, text: Text| {
         view! {
             <th data-sort=format!("{col:?}").to_lowercase()
@@ -162,9 +196,18 @@ pub fn RunList(ctx: Ctx) -> impl IntoView {
             <label class="by-project"><input type="checkbox" prop:checked=move || ctx.by_project.get()
                 on:change=move |ev| ctx.by_project.set(event_target_checked(&ev))/>
                 {move || t(lang.get(), Text::GroupByProject)}</label>
+            <input class="columns" type="text" placeholder="+ columns: val_loss, optim.lr"
+                title="metrics (their last value) or config keys, comma separated; filter with val_loss<2.1 in the search"
+                prop:value=move || ctx.columns.get()
+                on:change=move |ev| ctx.columns.set(event_target_value(&ev))/>
+            <button class="csv" title="the listed runs as CSV" on:click=move |_| download_csv(&ctx)>"CSV"</button>
         </div>
         <Show when=move || ctx.runs.with(|r| !r.is_empty())
             fallback=move || view! { <p class="hint">{move || t(lang.get(), Text::NoRuns)}</p> }>
+            <div class="run-scroll" node_ref=scroller on:scroll=move |ev| {
+                let el: web_sys::Element = event_target(&ev);
+                scroll_top.set(el.scroll_top() as f64);
+            }>
             <table class="run-list">
                 <thead><tr>
                     <th></th>
@@ -174,26 +217,119 @@ pub fn RunList(ctx: Ctx) -> impl IntoView {
                     {header(Column::LastStep, Text::LastStep)}
                     {header(Column::LastLoss, Text::LastLoss)}
                     {header(Column::Age, Text::Age)}
+                    {move || table::columns(&ctx.columns.get()).into_iter().enumerate().map(|(i, name)| {
+                        let col = Column::Extra(i as u8);
+                        view! {
+                            <th class="extra" data-sort=format!("extra-{i}") data-column=name.clone()
+                                class:sorted=move || ctx.sort.get().0 == col
+                                on:click=move |_| ctx.sort.update(|s| *s = (col, if s.0 == col { !s.1 } else { true }))>
+                                {name.clone()}
+                                {move || match ctx.sort.get() { (c, true) if c == col => " ▲", (c, false) if c == col => " ▼", _ => "" }}
+                            </th>
+                        }
+                    }).collect_view()}
                 </tr></thead>
                 <tbody>
                     {move || {
                         let now = ctx.now.get() / 1000.0 + ctx.hub_offset.get();
                         let selected = ctx.selected.get();
-                        rows(&ctx).into_iter().map(|row| match row {
+                        let extra = table::columns(&ctx.columns.get());
+                        let configs = ctx.configs.get();
+                        let cells = Cells { extra: &extra, configs: configs.as_ref() };
+                        let all = rows(&ctx);
+                        // Windowed past a few hundred rows: the rows in view (and a screen
+                        // either side), spacers of the same height for the rest.
+                        let (from, to) = if all.len() > WINDOWED_ABOVE {
+                            let top = scroll_top.get();
+                            let height = scroller.get().map_or(800.0, |e| e.client_height() as f64).max(200.0);
+                            let from = ((top - height) / ROW_PX).max(0.0) as usize;
+                            (from.min(all.len()), ((top + 2.0 * height) / ROW_PX).ceil() as usize)
+                        } else {
+                            (0, all.len())
+                        };
+                        let to = to.min(all.len());
+                        let n = all.len();
+                        let spacer = move |rows: usize| (rows > 0).then(|| view! {
+                            <tr class="spacer" style=format!("height:{}px", rows as f64 * ROW_PX)><td colspan="7"></td></tr>
+                        });
+                        let drawn = all.into_iter().skip(from).take(to - from).map(|row| match row {
                             Row::Project(p) => view! {
                                 <tr class="project-row" data-project=p.clone()><td colspan="7">{p.clone()}</td></tr>
                             }.into_any(),
-                            Row::Run(r, nested) => run_row(ctx, r, nested, &selected, now).into_any(),
-                            Row::Job(job, ranks) => job_row(ctx, job, ranks, &selected, (stopping, stop_said)).into_any(),
-                        }).collect_view()
+                            Row::Run(r, nested) => run_row(ctx, r, nested, &selected, now, &cells).into_any(),
+                            Row::Job(job, ranks) => job_row(ctx, job, ranks, &selected, (stopping, stop_said), &cells).into_any(),
+                        }).collect_view();
+                        view! { {spacer(from)} {drawn} {spacer(n - to)} }
                     }}
                 </tbody>
             </table>
+            </div>
         </Show>
     }
 }
 
-fn run_row(ctx: Ctx, r: RunSummary, nested: bool, selected: &[RunId], now: f64) -> impl IntoView {
+/// What the added columns of a row read from.
+struct Cells<'a> {
+    extra: &'a [String],
+    configs: Option<&'a HashMap<RunId, Config>>,
+}
+
+impl Cells<'_> {
+    fn of(&self, r: &RunSummary) -> impl IntoView {
+        let config = self.configs.and_then(|c| c.get(&r.run_id));
+        self.extra
+            .iter()
+            .map(|key| {
+                let v = table::cell(r, config, key).unwrap_or_default();
+                view! { <td class="num extra">{v}</td> }
+            })
+            .collect_view()
+    }
+}
+
+/// The listed runs (as filtered and sorted) with the added columns, saved as `runs.csv`.
+fn download_csv(ctx: &Ctx) {
+    let extra = table::columns(&ctx.columns.get_untracked());
+    let configs = ctx.configs.get_untracked();
+    let listed: Vec<RunSummary> = untrack(|| rows(ctx))
+        .into_iter()
+        .flat_map(|row| match row {
+            Row::Run(r, _) => vec![r],
+            Row::Job(_, ranks) => ranks,
+            Row::Project(_) => Vec::new(),
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let pairs: Vec<(&RunSummary, Option<&Config>)> = listed
+        .iter()
+        .filter(|r| seen.insert(r.run_id.clone()))
+        .map(|r| (r, configs.as_ref().and_then(|c| c.get(&r.run_id))))
+        .collect();
+    let text = table::csv(&pairs, &extra);
+    let url = format!(
+        "data:text/csv;charset=utf-8,{}",
+        String::from(js_sys::encode_uri_component(&text))
+    );
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    if let Ok(a) = doc.create_element("a") {
+        use wasm_bindgen::JsCast;
+        let a: web_sys::HtmlAnchorElement = a.unchecked_into();
+        a.set_href(&url);
+        a.set_download("runs.csv");
+        a.click();
+    }
+}
+
+fn run_row(
+    ctx: Ctx,
+    r: RunSummary,
+    nested: bool,
+    selected: &[RunId],
+    now: f64,
+    cells: &Cells<'_>,
+) -> impl IntoView {
     let lang = ctx.lang;
     let id = r.run_id.clone();
     let on = selected.contains(&id);
@@ -223,6 +359,7 @@ fn run_row(ctx: Ctx, r: RunSummary, nested: bool, selected: &[RunId], now: f64) 
             <td class="num">{r.last_step.map(|s| s.to_string()).unwrap_or_default()}</td>
             <td class="num">{loss.unwrap_or_default()}</td>
             <td class="num">{age.unwrap_or_default()}</td>
+            {cells.of(&r)}
         </tr>
     }
 }
@@ -258,6 +395,7 @@ fn job_row(
     ranks: Vec<RunSummary>,
     selected: &[RunId],
     (stopping, said): JobStop,
+    cells: &Cells<'_>,
 ) -> impl IntoView {
     let lang = ctx.lang;
     let ids: Vec<RunId> = ranks.iter().map(|r| r.run_id.clone()).collect();
@@ -326,6 +464,7 @@ fn job_row(
                 let j = job.clone();
                 move || said.with(|(which, text)| if *which == j { text.clone() } else { String::new() })
             }</span></td>
+            {cells.of(&first)}
         </tr>
     }
 }
