@@ -372,7 +372,8 @@ fn smoothing_log_scale_outliers_axes_crosshair_theme_and_downloads() {
     // Hover one chart: every chart draws the crosshair at the same x. (In view first: the
     // page below the charts grew.)
     page.eval("document.querySelector('canvas[data-chart=\"grad_norm\"]').scrollIntoView({ block: 'center' })");
-    let h = hooks(&mut page, "grad_norm");
+    // Drawn once in view (a chart off screen is not drawn).
+    let h = wait_hooks(&mut page, "grad_norm in view", "grad_norm", "true");
     let (x, y) = at_x(&h, 500.0);
     page.mouse_move(x, y);
     let tip = tooltip(&mut page);
