@@ -10,6 +10,14 @@ use stepstream_collector::{Collector, Options, Outcome};
 /// Tokens in one sample.
 const SEQ: f64 = 128.0;
 
+/// Sets a form control's value as a user would, firing `event` (`change` or `input`).
+fn set_value(page: &mut Browser, selector: &str, value: &str, event: &str) {
+    page.eval(&format!(
+        "(() => {{ const s = document.querySelector('{selector}'); s.value = '{value}'; \
+         s.dispatchEvent(new Event('{event}', {{ bubbles: true }})); }})()"
+    ));
+}
+
 /// The loss both runs follow as a function of the tokens they have seen: equal tokens,
 /// equal loss, whatever the batch size.
 fn loss_at(tokens: f64) -> f64 {
@@ -104,10 +112,7 @@ fn runs_of_two_batch_sizes_match_at_equal_tokens_on_a_tokens_axis_live_and_zoome
          return o.some(o => o.value == 'metric:tokens_seen') ? o.map(o => o.value) : null; })()",
     );
     assert!(!offered.to_string().contains("loss"), "{offered}");
-    page.eval(
-        "(() => { const s = document.querySelector('select.axis'); s.value = 'metric:tokens_seen'; \
-         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
-    );
+    set_value(&mut page, "select.axis", "metric:tokens_seen", "change");
     let joined = wait_hooks(&mut page, "the tokens axis", "loss", "h.axis == 'metric'");
     // The whole of both runs as far as their tokens go: the small run's losses after its
     // last tokens (step 195) have no x yet; the large run's last loss is at step 48.
@@ -253,10 +258,7 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         Duration::from_secs(15),
         "[...document.querySelectorAll('select.group-by option')].some(o => o.value == 'cfg:optim.lr')",
     );
-    page.eval(
-        "(() => { const s = document.querySelector('select.group-by'); s.value = 'cfg:optim.lr'; \
-         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
-    );
+    set_value(&mut page, "select.group-by", "cfg:optim.lr", "change");
     let group = "optim.lr=0.1 (3 runs)";
     let h = wait_hooks(
         &mut page,
@@ -356,10 +358,7 @@ fn three_seeds_grouped_by_a_config_key_draw_their_mean_and_a_band_holding_each_l
         shown["lines"].as_str().unwrap().contains("wide-seed1"),
         "{shown}"
     );
-    page.eval(
-        "(() => { const s = document.querySelector('select.group-band'); s.value = 'std'; \
-         s.dispatchEvent(new Event('change', { bubbles: true })); })()",
-    );
+    set_value(&mut page, "select.group-band", "std", "change");
     page.wait(
         "the std band in the address",
         Duration::from_secs(15),
@@ -617,10 +616,7 @@ fn the_run_list_filters_on_a_metric_adds_columns_sorts_by_them_exports_csv_and_w
         "document.querySelectorAll('tr.run').length == 12",
     );
     // A filter on a metric's last value, spaces and all.
-    page.eval(
-        "(() => { const s = document.querySelector('input.search'); s.value = 'val_loss < 2.45'; \
-         s.dispatchEvent(new Event('input', { bubbles: true })); })()",
-    );
+    set_value(&mut page, "input.search", "val_loss < 2.45", "input");
     page.wait(
         "six runs pass",
         Duration::from_secs(15),
@@ -675,10 +671,7 @@ fn the_run_list_filters_on_a_metric_adds_columns_sorts_by_them_exports_csv_and_w
         run.log(0, &[("loss", k as f64)]);
         assert!(run.finish(Outcome::Finished).delivered);
     }
-    page.eval(
-        "(() => { const s = document.querySelector('input.search'); s.value = 'many'; \
-         s.dispatchEvent(new Event('input', { bubbles: true })); })()",
-    );
+    set_value(&mut page, "input.search", "many", "input");
     page.eval("document.querySelector('th[data-sort=\"name\"]').click()");
     let drawn = page.wait(
         "a window of the 170 runs",
