@@ -11,7 +11,8 @@
 //! window of fewer steps than pixel columns) a bin is one step: the mean is exactly the
 //! members' mean at that step. Recomputed each frame its lines change, so bands move live.
 
-use crate::lines::LineData;
+use crate::lines::{self, LineData, Scene};
+use crate::view::{Center, GroupBy, Grouping, Spread};
 use plotters::style::RGBColor;
 use std::borrow::Cow;
 use stepstream_chart::data::smooth;
@@ -21,93 +22,24 @@ use stepstream_protocol::RunId;
 /// Bins over the x window: about one per pixel column of a wide chart.
 pub const BINS: usize = 1200;
 
-/// What the runs are grouped by.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub enum GroupBy {
-    #[default]
-    None,
-    Job,
-    /// A flattened config key (`optim.lr`).
-    Config(String),
-    /// A regular expression taken out of the run names: what is left names the group.
-    Name(String),
-}
-
-/// The group's line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Center {
-    #[default]
-    Mean,
-    Median,
-}
-
-/// The group's band.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Spread {
-    #[default]
-    MinMax,
-    Std,
-}
-
-/// How the page groups runs; it lives in the URL (`group=cfg:seed&center=median&band=std&members=1`).
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct Grouping {
-    pub by: GroupBy,
-    pub center: Center,
-    pub spread: Spread,
-    /// Draw the members too, faintly.
-    pub members: bool,
-}
-
-impl Grouping {
-    pub fn from_query(get: impl Fn(&str) -> Option<String>) -> Grouping {
-        let by = match get("group") {
-            Some(g) if g == "job" => GroupBy::Job,
-            Some(g) => match (g.strip_prefix("cfg:"), g.strip_prefix("name:")) {
-                (Some(k), _) if !k.is_empty() => GroupBy::Config(k.to_string()),
-                (_, Some(p)) if !p.is_empty() => GroupBy::Name(p.to_string()),
-                _ => GroupBy::None,
-            },
-            None => GroupBy::None,
-        };
-        Grouping {
-            by,
-            center: match get("center").as_deref() {
-                Some("median") => Center::Median,
-                _ => Center::Mean,
-            },
-            spread: match get("band").as_deref() {
-                Some("std") => Spread::Std,
-                _ => Spread::MinMax,
-            },
-            members: get("members").as_deref() == Some("1"),
-        }
+/// The lines of `spec` as the chart draws them: grouped, with bands, when the page groups
+/// runs.
+pub fn drawn<'a>(
+    scene: &Scene,
+    store: &'a stepstream_chart::client::Client,
+    spec: &crate::groups::ChartSpec,
+) -> Vec<LineData<'a>> {
+    let lines = lines::gather(scene, store, spec);
+    if !scene.grouping.is_on() {
+        return lines;
     }
-
-    /// The query parameters of this grouping (none when the runs are not grouped).
-    pub fn to_query(&self) -> Vec<(&'static str, String)> {
-        let by = match &self.by {
-            GroupBy::None => return Vec::new(),
-            GroupBy::Job => "job".to_string(),
-            GroupBy::Config(k) => format!("cfg:{k}"),
-            GroupBy::Name(p) => format!("name:{p}"),
-        };
-        let mut q = vec![("group", by)];
-        if self.center == Center::Median {
-            q.push(("center", "median".into()));
-        }
-        if self.spread == Spread::Std {
-            q.push(("band", "std".into()));
-        }
-        if self.members {
-            q.push(("members", "1".into()));
-        }
-        q
-    }
-
-    pub fn is_on(&self) -> bool {
-        self.by != GroupBy::None
-    }
+    group(
+        lines,
+        &scene.group_keys,
+        &scene.grouping,
+        scene.smoothing,
+        scene.window,
+    )
 }
 
 /// A run's group under `by` (`None`: it stands alone): from its job, its config, its name.

@@ -2,6 +2,9 @@
 
 use serde_json::Value;
 
+/// A run's config, flattened: `(dotted key, value)`, sorted by key.
+pub type Config = Vec<(String, String)>;
+
 /// `{"optim": {"lr": 1e-3}}` as `[("optim.lr", "0.001")]`, sorted by key.
 pub fn flatten(config: &Value) -> Vec<(String, String)> {
     fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {

@@ -84,11 +84,12 @@ fn now() -> f64 {
 /// most every 5 s, while a selected run started after they were read).
 pub fn group_keys(
     ctx: &Ctx,
-    grouping: &crate::bands::Grouping,
+    grouping: &crate::view::Grouping,
     selected: &[RunId],
     runs: &[stepstream_protocol::RunSummary],
 ) -> Vec<(RunId, Option<String>)> {
-    use crate::bands::{key_of, GroupBy};
+    use crate::bands::key_of;
+    use crate::view::GroupBy;
     if grouping.by == GroupBy::None {
         return Vec::new();
     }
@@ -305,7 +306,7 @@ fn draw_chart(
     style: &theme::Theme,
     (fingerprint, css_size): ((u64, u64), (i32, i32)),
 ) {
-    let lines = lines::drawn(scene, store, spec);
+    let lines = crate::bands::drawn(scene, store, spec);
     let smoothing = scene.smoothing > 0.0;
     let chart_lines: Vec<chart::Line<'_>> = lines
         .iter()
@@ -453,7 +454,7 @@ fn draw_overlay(ctx: &Ctx, canvas: &web_sys::HtmlCanvasElement, style: &theme::T
     };
     STORE.with(|store| {
         let store = store.borrow();
-        for l in lines::drawn(&scene, &store, spec) {
+        for l in crate::bands::drawn(&scene, &store, spec) {
             let Some(i) = lines::nearest(&l, h.x) else {
                 continue;
             };

@@ -89,7 +89,7 @@ fn nearest(ctx: &Ctx, chart: &str, x: f64) -> Option<(i64, f64)> {
     let spec = specs.iter().find(|s| s.key == chart)?;
     STORE.with(|store| {
         let store = store.borrow();
-        crate::lines::drawn(&scene, &store, spec)
+        crate::bands::drawn(&scene, &store, spec)
             .iter()
             .find_map(|l| crate::lines::nearest(l, x).map(|i| (l.steps[i], l.times[i])))
     })
@@ -137,7 +137,7 @@ fn hover(ctx: &Ctx, chart: &str, ev: &web_sys::MouseEvent) {
             let store = store.borrow();
             let mut rows = Vec::new();
             let mut head = None;
-            for l in crate::lines::drawn(&scene, &store, spec) {
+            for l in crate::bands::drawn(&scene, &store, spec) {
                 let i = crate::lines::nearest(&l, x)?;
                 head.get_or_insert((l.steps[i], l.times[i], l.xs[i]));
                 let raw = stepstream_chart::scale::value(l.values[i]);

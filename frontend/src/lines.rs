@@ -29,7 +29,7 @@ pub struct Scene {
     pub axis: Axis,
     /// The metric on the x axis when `axis` is `Axis::Metric`.
     pub x_metric: String,
-    pub grouping: crate::bands::Grouping,
+    pub grouping: crate::view::Grouping,
     /// Draw each segment of a resumed run as a line of its own.
     pub all_segments: bool,
     /// Each selected run's group under `grouping` (`None`: it stands alone).
@@ -209,22 +209,6 @@ pub fn nearest(line: &LineData<'_>, x: f64) -> Option<usize> {
         return Series::nearest(&line.xs, x);
     }
     (0..line.xs.len()).min_by(|&a, &b| (line.xs[a] - x).abs().total_cmp(&(line.xs[b] - x).abs()))
-}
-
-/// The lines of `spec` as the chart draws them: grouped, with bands, when the page groups
-/// runs (`bands`).
-pub fn drawn<'a>(scene: &Scene, store: &'a Client, spec: &ChartSpec) -> Vec<LineData<'a>> {
-    let lines = gather(scene, store, spec);
-    if !scene.grouping.is_on() {
-        return lines;
-    }
-    crate::bands::group(
-        lines,
-        &scene.group_keys,
-        &scene.grouping,
-        scene.smoothing,
-        scene.window,
-    )
 }
 
 /// The lines of `spec` for the selected runs.

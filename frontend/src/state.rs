@@ -53,8 +53,7 @@ pub fn on_lost() {
     STORE.with(|s| s.borrow_mut().on_lost());
 }
 
-/// A run's config, flattened: `(dotted key, value)`, sorted by key.
-pub type Config = Vec<(String, String)>;
+pub use crate::config::Config;
 
 /// One chart's own settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -109,7 +108,7 @@ pub struct Ctx {
     /// The run metric on the x axis while `axis` is `Axis::Metric`.
     pub x_metric: RwSignal<String>,
     /// How the selected runs are grouped into bands (`bands`).
-    pub grouping: RwSignal<crate::bands::Grouping>,
+    pub grouping: RwSignal<crate::view::Grouping>,
     /// Resumed runs drawn segment by segment (`segments`), not the latest over the rest.
     pub all_segments: RwSignal<bool>,
     pub theme: RwSignal<ThemePref>,

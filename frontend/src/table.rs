@@ -3,7 +3,7 @@
 //! else the config key's value), and the list as CSV. Pure: the run list (`components::runs`)
 //! draws it.
 
-use crate::state::Config;
+use crate::config::Config;
 use std::cmp::Ordering;
 use stepstream_protocol::RunSummary;
 

@@ -69,7 +69,7 @@ pub struct View {
     pub axis: Axis,
     /// The metric on the x axis when `axis` is [`Axis::Metric`] (`axis=metric:tokens_seen`).
     pub x_metric: String,
-    pub grouping: crate::bands::Grouping,
+    pub grouping: Grouping,
     /// `segments=all`: each segment of a resumed run drawn as its own line.
     pub all_segments: bool,
     /// The run list's added columns (`cols=val_loss,optim.lr`).
@@ -131,7 +131,7 @@ impl View {
             smoothing: num("smooth").unwrap_or(0.0).clamp(0.0, 0.99),
             axis,
             x_metric,
-            grouping: crate::bands::Grouping::from_query(|k| get(k)),
+            grouping: Grouping::from_query(|k| get(k)),
             all_segments: get("segments").as_deref() == Some("all"),
             columns: get("cols").unwrap_or_default(),
             theme: get("theme")
@@ -231,5 +231,94 @@ fn short(v: f64) -> String {
         format!("{v:.0}")
     } else {
         format!("{:.3}", v)
+    }
+}
+
+/// What the runs are grouped by.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum GroupBy {
+    #[default]
+    None,
+    Job,
+    /// A flattened config key (`optim.lr`).
+    Config(String),
+    /// A regular expression taken out of the run names: what is left names the group.
+    Name(String),
+}
+
+/// The group's line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Center {
+    #[default]
+    Mean,
+    Median,
+}
+
+/// The group's band.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Spread {
+    #[default]
+    MinMax,
+    Std,
+}
+
+/// How the page groups runs; it lives in the URL (`group=cfg:seed&center=median&band=std&members=1`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Grouping {
+    pub by: GroupBy,
+    pub center: Center,
+    pub spread: Spread,
+    /// Draw the members too, faintly.
+    pub members: bool,
+}
+
+impl Grouping {
+    pub fn from_query(get: impl Fn(&str) -> Option<String>) -> Grouping {
+        let by = match get("group") {
+            Some(g) if g == "job" => GroupBy::Job,
+            Some(g) => match (g.strip_prefix("cfg:"), g.strip_prefix("name:")) {
+                (Some(k), _) if !k.is_empty() => GroupBy::Config(k.to_string()),
+                (_, Some(p)) if !p.is_empty() => GroupBy::Name(p.to_string()),
+                _ => GroupBy::None,
+            },
+            None => GroupBy::None,
+        };
+        Grouping {
+            by,
+            center: match get("center").as_deref() {
+                Some("median") => Center::Median,
+                _ => Center::Mean,
+            },
+            spread: match get("band").as_deref() {
+                Some("std") => Spread::Std,
+                _ => Spread::MinMax,
+            },
+            members: get("members").as_deref() == Some("1"),
+        }
+    }
+
+    /// The query parameters of this grouping (none when the runs are not grouped).
+    pub fn to_query(&self) -> Vec<(&'static str, String)> {
+        let by = match &self.by {
+            GroupBy::None => return Vec::new(),
+            GroupBy::Job => "job".to_string(),
+            GroupBy::Config(k) => format!("cfg:{k}"),
+            GroupBy::Name(p) => format!("name:{p}"),
+        };
+        let mut q = vec![("group", by)];
+        if self.center == Center::Median {
+            q.push(("center", "median".into()));
+        }
+        if self.spread == Spread::Std {
+            q.push(("band", "std".into()));
+        }
+        if self.members {
+            q.push(("members", "1".into()));
+        }
+        q
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.by != GroupBy::None
     }
 }

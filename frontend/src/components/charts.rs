@@ -91,9 +91,9 @@ pub fn Toolbar(ctx: Ctx) -> impl IntoView {
 /// group's line (mean, median), its band (min-max, +/- std), and its members on demand.
 #[component]
 fn Grouping(ctx: Ctx) -> impl IntoView {
-    use crate::bands::{Center, GroupBy, Spread};
+    use crate::view::{Center, GroupBy, Spread};
     let lang = ctx.lang;
-    let set = move |f: &dyn Fn(&mut crate::bands::Grouping)| {
+    let set = move |f: &dyn Fn(&mut crate::view::Grouping)| {
         ctx.grouping.update(|g| f(g));
         mark_dirty();
     };
