@@ -57,9 +57,20 @@ pub fn key_of(
             .find(|(key, _)| key == k)
             .map(|(_, v)| format!("{k}={v}")),
         GroupBy::Name(pattern) => {
-            let re = regex_lite::Regex::new(pattern).ok()?;
-            re.is_match(name)
-                .then(|| re.replace_all(name, "").into_owned())
+            // Compiled once per pattern, not per run and frame (the scene asks every frame).
+            thread_local! {
+                static COMPILED: std::cell::RefCell<Option<(String, Option<regex_lite::Regex>)>> =
+                    const { std::cell::RefCell::new(None) };
+            }
+            COMPILED.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.as_ref().is_none_or(|(p, _)| p != pattern) {
+                    *c = Some((pattern.clone(), regex_lite::Regex::new(pattern).ok()));
+                }
+                let re = c.as_ref()?.1.as_ref()?;
+                re.is_match(name)
+                    .then(|| re.replace_all(name, "").into_owned())
+            })
         }
     }
 }
